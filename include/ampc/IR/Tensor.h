@@ -1,0 +1,79 @@
+//===- Tensor.h - Dense host tensor data ------------------------*- C++ -*-===//
+//
+// Tensor data as stored by initializers, constants and the reference
+// interpreter. The bytes are the element type's native encoding (fp16 and bf16
+// as their 16-bit patterns, bool as one byte). Element accessors convert to and
+// from double; storing rounds to the element type with round-to-nearest-even.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ampc/IR/DType.h"
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ampc {
+
+/// Rounds a double to the nearest value representable in `t` (ties to even),
+/// overflowing to +-inf like IEEE arithmetic. Integer types truncate toward
+/// zero and Bool maps non-zero to 1, as ONNX Cast does.
+double roundToDType(double v, DType t);
+
+/// fp16 / bf16 bit patterns from a double (round to nearest even) and back.
+uint16_t doubleToHalfBits(double v);
+double halfBitsToDouble(uint16_t bits);
+uint16_t doubleToBFloat16Bits(double v);
+double bfloat16BitsToDouble(uint16_t bits);
+
+class Tensor {
+public:
+  Tensor() = default;
+  /// A zero-filled tensor of the given type.
+  explicit Tensor(TensorType type);
+
+  static Tensor fromDoubles(TensorType type, std::span<const double> values);
+  static Tensor fromInt64s(TensorType type, std::span<const int64_t> values);
+  static Tensor fromBytes(TensorType type, const void *bytes, size_t size);
+  static Tensor scalar(DType dtype, double value);
+  /// A 1-D int64 tensor.
+  static Tensor int64Vector(std::span<const int64_t> values);
+
+  const TensorType &type() const { return type_; }
+  DType dtype() const { return type_.dtype; }
+  const Shape &shape() const { return type_.shape; }
+  int64_t size() const { return type_.numElements(); }
+
+  const uint8_t *data() const { return bytes_.data(); }
+  uint8_t *data() { return bytes_.data(); }
+  size_t byteSize() const { return bytes_.size(); }
+
+  /// Element i converted to double (exact for all float types and for integers
+  /// up to 2^53).
+  double getDouble(int64_t i) const;
+  /// Stores v rounded to the element type.
+  void setDouble(int64_t i, double v);
+  /// Element i as an integer (floats truncate toward zero).
+  int64_t getInt(int64_t i) const;
+  void setInt(int64_t i, int64_t v);
+
+  std::vector<double> toDoubles() const;
+  std::vector<int64_t> toInt64s() const;
+
+  /// A copy with the same data reinterpreted under a new shape of equal size.
+  Tensor reshaped(Shape shape) const;
+  /// A copy converted element by element to another dtype (ONNX Cast rules).
+  Tensor castTo(DType dtype) const;
+
+  bool bitwiseEqual(const Tensor &o) const {
+    return type_ == o.type_ && bytes_ == o.bytes_;
+  }
+
+private:
+  TensorType type_;
+  std::vector<uint8_t> bytes_;
+};
+
+} // namespace ampc

@@ -1,0 +1,36 @@
+//===- Export.h - The IR back to ONNX ---------------------------*- C++ -*-===//
+#pragma once
+
+#include "ampc/IR/Graph.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace onnx {
+class ModelProto;
+}
+
+namespace ampc {
+
+enum class ModelFormat { Binary, Text };
+
+/// Converts a graph to a ModelProto (ampc ops are declared in opset_import;
+/// state bindings become TrainingInfoProto.update_binding).
+void graphToModelProto(const Graph &g, onnx::ModelProto &model);
+
+/// Runs onnx::checker (full check) and strict shape inference on a model.
+llvm::Error checkModelProto(onnx::ModelProto &model);
+
+/// Serializes the model; the text form is the printer's, with full data.
+llvm::Expected<std::string> serializeModel(const Graph &g, ModelFormat format);
+
+/// Writes the model to `path` atomically (temporary file, then rename), after
+/// checking it. "-" writes to stdout.
+llvm::Error exportModel(const Graph &g, const std::string &path, ModelFormat format);
+
+/// Writes `contents` to `path` through a temporary file and a rename, so that
+/// readers never see a partial file.
+llvm::Error writeFileAtomically(const std::string &path, std::string_view contents);
+
+} // namespace ampc

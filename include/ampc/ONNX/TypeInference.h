@@ -1,0 +1,32 @@
+//===- TypeInference.h - Result types from ONNX operator schemas -*- C++ -*-===//
+//
+// The ONNX schema of every operator (ampc's own included) carries a type and
+// shape inference function. These helpers run it on one IR node, so passes can
+// create nodes without computing result types by hand, and the verifier can
+// check that recorded types agree with the operator's definition.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ampc/IR/Graph.h"
+
+#include "llvm/Support/Error.h"
+
+namespace ampc {
+
+/// Static result types of `n` as its ONNX schema infers them from the operand
+/// types, attributes and constant operands (initializers).
+llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n);
+
+/// Creates a node whose result types are inferred from its schema.
+llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,
+                                          const std::vector<Value *> &inputs,
+                                          std::map<std::string, Attribute> attrs = {},
+                                          std::string name = "", std::string domain = "",
+                                          unsigned numOutputs = 1,
+                                          const std::vector<std::string> &outputNames = {});
+
+/// Checks every node's result types against its schema's inference.
+llvm::Error verifyTypes(const Graph &g);
+
+} // namespace ampc

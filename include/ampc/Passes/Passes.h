@@ -1,0 +1,40 @@
+//===- Passes.h - ampc's transformations ------------------------*- C++ -*-===//
+//
+// Every pass lives in its own file under passes/ and registers itself through
+// a register<Name>Pass() function listed here. The transformations are also
+// callable directly (tests, composite passes).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ampc/IR/Graph.h"
+#include "ampc/Pass/Pass.h"
+
+#include "llvm/Support/Error.h"
+
+namespace ampc {
+
+/// Registers every pass below with the PassRegistry (idempotent).
+void registerAllPasses();
+
+// Canonicalization.
+void registerConstantFoldPass();
+void registerDeadCodeEliminationPass();
+void registerCSEPass();
+void registerSimplifyPass();
+void registerCanonicalizePass();
+
+/// Evaluates nodes whose operands are all constants (and Shape/Size of any
+/// static value) with the reference interpreter, replacing their results by
+/// constant initializers. Constant nodes become initializers.
+llvm::Expected<bool> foldConstants(Graph &g, int64_t maxElements = int64_t(1) << 20);
+/// Removes nodes whose results are unused and unused initializers.
+bool eliminateDeadCode(Graph &g);
+/// Merges nodes that compute the same thing, and equal small constants.
+bool eliminateCommonSubexpressions(Graph &g);
+/// Removes Identity nodes and no-op Cast, Reshape, Dropout and similar nodes.
+bool simplifyNoOps(Graph &g);
+/// Runs the four above to a fixed point.
+llvm::Error canonicalize(Graph &g);
+
+} // namespace ampc

@@ -1,0 +1,205 @@
+//===- AmpOpt.cpp - amp-opt: import, run passes, emit ----------------------===//
+
+#include "ampc/Driver/Driver.h"
+
+#include "ampc/IR/Dot.h"
+#include "ampc/IR/Printer.h"
+#include "ampc/IR/Verifier.h"
+#include "ampc/ONNX/Export.h"
+#include "ampc/ONNX/Import.h"
+#include "ampc/Pass/Pass.h"
+#include "ampc/Passes/Passes.h"
+#include "ampc/Support/Error.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <deque>
+
+namespace cl = llvm::cl;
+
+namespace ampc {
+
+namespace {
+
+cl::OptionCategory kGeneral("amp-opt options");
+cl::OptionCategory kPasses("Passes (each runs where it appears on the command line)");
+
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx | model.onnxtxt | ->"),
+                               cl::Required, cl::cat(kGeneral));
+cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
+                                cl::value_desc("file"), cl::init("-"), cl::cat(kGeneral));
+cl::opt<std::string> emit("emit",
+                          cl::desc("What to write: onnxtxt (default), onnx, report, dot"),
+                          cl::value_desc("kind"), cl::init(""), cl::cat(kGeneral));
+cl::list<std::string> pipelines("pass-pipeline",
+                                cl::desc("A pass pipeline, e.g. 'canonicalize,cse'"),
+                                cl::value_desc("pipeline"), cl::cat(kGeneral));
+cl::opt<bool> printAfterAll("print-ir-after-all", cl::desc("Print the graph after every pass"),
+                            cl::cat(kGeneral));
+cl::opt<bool> verifyEach("verify-each",
+                         cl::desc("Verify the graph (structure and types) after every pass"),
+                         cl::cat(kGeneral));
+cl::opt<bool> printFullData("print-full-data",
+                            cl::desc("Print every initializer's values (no summaries)"),
+                            cl::cat(kGeneral));
+cl::list<std::string> shapes("shape", cl::desc("Static shape of a graph input: NAME=d0,d1,..."),
+                             cl::value_desc("NAME=dims"), cl::cat(kGeneral));
+cl::opt<int64_t> batch("batch", cl::desc("Bind the first dimension of every graph input"),
+                       cl::value_desc("N"), cl::init(-1), cl::cat(kGeneral));
+
+int fail(const llvm::Twine &msg) {
+  llvm::WithColor::error(llvm::errs(), "amp-opt") << msg << "\n";
+  return 1;
+}
+
+int fail(llvm::Error err) { return fail(llvm::toString(std::move(err))); }
+
+llvm::Expected<ImportOptions> importOptions() {
+  ImportOptions opts;
+  for (const std::string &s : shapes) {
+    auto [name, dims] = llvm::StringRef(s).split('=');
+    if (name.empty() || !llvm::StringRef(s).contains('='))
+      return makeError("--shape expects NAME=d0,d1,..., got '" + s + "'");
+    auto shape = parseShapeList(dims);
+    if (!shape)
+      return withContext(shape.takeError(), "--shape " + s);
+    opts.shapes[name.str()] = *shape;
+  }
+  if (batch.getNumOccurrences()) {
+    if (batch <= 0)
+      return makeError("--batch must be positive");
+    opts.batch = batch;
+  }
+  return opts;
+}
+
+/// One pass flag or --pass-pipeline occurrence, in command-line order.
+struct PipelineItem {
+  unsigned position;
+  std::string pass;     ///< a pass name, or empty for a pipeline string
+  std::string argument; ///< pass options or the pipeline text
+};
+
+llvm::Error buildPipeline(PassManager &pm,
+                          const std::vector<std::unique_ptr<cl::list<std::string>>> &passFlags) {
+  std::vector<PipelineItem> items;
+  for (const auto &flag : passFlags)
+    for (unsigned i = 0; i < flag->size(); ++i)
+      items.push_back({flag->getPosition(i), flag->ArgStr.str(), (*flag)[i]});
+  for (unsigned i = 0; i < pipelines.size(); ++i)
+    items.push_back({pipelines.getPosition(i), "", pipelines[i]});
+  std::sort(items.begin(), items.end(),
+            [](const PipelineItem &a, const PipelineItem &b) { return a.position < b.position; });
+  for (const PipelineItem &item : items) {
+    llvm::Error err = item.pass.empty() ? pm.addPipeline(item.argument)
+                                        : pm.addPass(item.pass, item.argument);
+    if (err)
+      return err;
+  }
+  return llvm::Error::success();
+}
+
+std::string defaultEmit() {
+  if (!emit.empty())
+    return emit;
+  return llvm::StringRef(outputFile).endswith(".onnx") ? "onnx" : "onnxtxt";
+}
+
+std::string reportText(const Graph &g, const PassContext &ctx) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  for (const auto &[title, text] : ctx.reports())
+    os << "== " << title << "\n" << text << (llvm::StringRef(text).endswith("\n") ? "" : "\n");
+  unsigned params = 0, constants = 0;
+  for (const Value *v : g.initializers())
+    (v->isParameter() ? params : constants)++;
+  os << "== graph\n"
+     << "nodes: " << g.numNodes() << ", inputs: " << g.inputs().size()
+     << ", outputs: " << g.outputs().size() << ", parameters: " << params
+     << ", constants: " << constants << "\n";
+  if (!g.stateBindings.empty()) {
+    os << "== state bindings (updated output -> state)\n";
+    for (const StateBinding &b : g.stateBindings)
+      os << b.updated->name() << " -> " << b.state->name() << "  # " << b.state->type().str()
+         << "\n";
+  }
+  return os.str();
+}
+
+llvm::Error emitResult(const Graph &g, const PassContext &ctx) {
+  std::string kind = defaultEmit();
+  if (kind == "onnx") {
+    if (outputFile == "-")
+      return makeError("--emit=onnx writes a binary file: give it with -o FILE");
+    return exportModel(g, outputFile, ModelFormat::Binary);
+  }
+  std::string text;
+  if (kind == "onnxtxt") {
+    PrintOptions opts;
+    // Files get every value so they can be read back; the terminal a summary.
+    opts.elideLargeData = outputFile == "-" && !printFullData;
+    text = printGraphToString(g, opts);
+  } else if (kind == "report") {
+    text = reportText(g, ctx);
+  } else if (kind == "dot") {
+    text = printDotToString(g, ctx.dotColors);
+  } else {
+    return makeError("unknown --emit kind '" + kind + "' (onnxtxt, onnx, report, dot)");
+  }
+  return writeFileAtomically(outputFile, text);
+}
+
+} // namespace
+
+int ampOptMain(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  registerAllPasses();
+  std::vector<std::unique_ptr<cl::list<std::string>>> passFlags;
+  // cl::desc keeps a StringRef: the texts must outlive option parsing.
+  std::deque<std::string> descriptions;
+  for (const PassInfo *info : PassRegistry::all()) {
+    descriptions.push_back(info->summary);
+    if (!info->mainOption.empty())
+      descriptions.back() += " (--" + info->name + "=<" + info->mainOption + ">)";
+    passFlags.push_back(std::make_unique<cl::list<std::string>>(
+        llvm::StringRef(info->name), cl::desc(descriptions.back()), cl::ValueOptional,
+        cl::ZeroOrMore, cl::cat(kPasses)));
+  }
+  cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "amp-opt (ampc) 0.1.0\n"; });
+  cl::HideUnrelatedOptions({&kGeneral, &kPasses});
+  cl::ParseCommandLineOptions(argc, argv,
+                              "amp-opt: compile ONNX models into mixed-precision training "
+                              "programs, or run any ampc pass\n");
+
+  auto opts = importOptions();
+  if (!opts)
+    return fail(opts.takeError());
+  PassManager pm;
+  pm.verifyEach = verifyEach;
+  if (printAfterAll)
+    pm.printAfterAll = &llvm::errs();
+  if (auto err = buildPipeline(pm, passFlags))
+    return fail(std::move(err));
+
+  auto graph = importModelFile(inputFile, *opts);
+  if (!graph)
+    return fail(graph.takeError());
+  if (verifyEach)
+    if (auto err = verifyGraphAndTypes(**graph))
+      return fail(withContext(std::move(err), inputFile + ": verification after import"));
+  PassContext ctx;
+  if (auto err = pm.run(**graph, ctx))
+    return fail(withContext(std::move(err), inputFile));
+  for (const std::string &remark : ctx.remarks)
+    llvm::WithColor::remark(llvm::errs(), "amp-opt") << remark << "\n";
+  if (auto err = emitResult(**graph, ctx))
+    return fail(std::move(err));
+  return 0;
+}
+
+} // namespace ampc

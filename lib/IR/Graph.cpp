@@ -1,0 +1,503 @@
+//===- Graph.cpp - ampc's graph IR ----------------------------------------===//
+
+#include "ampc/IR/Graph.h"
+
+#include <algorithm>
+#include <cassert>
+#include <unordered_set>
+
+namespace ampc {
+
+//===----------------------------------------------------------------------===//
+// Attribute
+//===----------------------------------------------------------------------===//
+
+Attribute Attribute::ofFloat(double v) {
+  Attribute a;
+  a.kind = Kind::Float;
+  a.f = static_cast<float>(v);
+  return a;
+}
+Attribute Attribute::ofInt(int64_t v) {
+  Attribute a;
+  a.kind = Kind::Int;
+  a.i = v;
+  return a;
+}
+Attribute Attribute::ofString(std::string v) {
+  Attribute a;
+  a.kind = Kind::String;
+  a.s = std::move(v);
+  return a;
+}
+Attribute Attribute::ofTensor(ampc::Tensor v) {
+  Attribute a;
+  a.kind = Kind::Tensor;
+  a.t = std::make_shared<const ampc::Tensor>(std::move(v));
+  return a;
+}
+Attribute Attribute::ofFloats(std::vector<double> v) {
+  Attribute a;
+  a.kind = Kind::Floats;
+  for (double &x : v)
+    x = static_cast<float>(x);
+  a.floats = std::move(v);
+  return a;
+}
+Attribute Attribute::ofInts(std::vector<int64_t> v) {
+  Attribute a;
+  a.kind = Kind::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+Attribute Attribute::ofStrings(std::vector<std::string> v) {
+  Attribute a;
+  a.kind = Kind::Strings;
+  a.strings = std::move(v);
+  return a;
+}
+
+bool Attribute::operator==(const Attribute &o) const {
+  if (kind != o.kind)
+    return false;
+  switch (kind) {
+  case Kind::Float:
+    return f == o.f;
+  case Kind::Int:
+    return i == o.i;
+  case Kind::String:
+    return s == o.s;
+  case Kind::Tensor:
+    return t && o.t && t->bitwiseEqual(*o.t);
+  case Kind::Floats:
+    return floats == o.floats;
+  case Kind::Ints:
+    return ints == o.ints;
+  case Kind::Strings:
+    return strings == o.strings;
+  }
+  return false;
+}
+
+//===----------------------------------------------------------------------===//
+// Value
+//===----------------------------------------------------------------------===//
+
+void Value::setData(Tensor t) {
+  type_ = t.type();
+  data_ = std::make_shared<const Tensor>(std::move(t));
+}
+
+void Value::removeUse(Node *user, unsigned operand) {
+  auto it = std::find(uses_.begin(), uses_.end(), Use{user, operand});
+  assert(it != uses_.end() && "use list out of sync");
+  uses_.erase(it);
+}
+
+void Value::replaceAllUsesWith(Value *other) {
+  assert(other != this);
+  while (!uses_.empty()) {
+    Use u = uses_.back();
+    u.user->setInput(u.operand, other);
+  }
+  if (outputRefs_ == 0)
+    return;
+  for (unsigned i = 0; i < graph_->outputs_.size(); ++i)
+    if (graph_->outputs_[i] == this)
+      graph_->setOutput(i, other);
+}
+
+void Value::replaceUsesWithIf(Value *other, const std::function<bool(const Use &)> &pred) {
+  std::vector<Use> snapshot = uses_;
+  for (const Use &u : snapshot)
+    if (pred(u))
+      u.user->setInput(u.operand, other);
+}
+
+//===----------------------------------------------------------------------===//
+// Node
+//===----------------------------------------------------------------------===//
+
+std::string Node::qualifiedOpType() const {
+  return domain_.empty() ? opType_ : domain_ + "." + opType_;
+}
+
+std::string Node::displayName() const {
+  if (!name_.empty())
+    return name_;
+  for (const auto &o : outputs_)
+    if (o)
+      return o->name();
+  return opType_;
+}
+
+void Node::setInput(unsigned i, Value *v) {
+  assert(i < inputs_.size());
+  if (inputs_[i] == v)
+    return;
+  if (inputs_[i])
+    inputs_[i]->removeUse(this, i);
+  inputs_[i] = v;
+  if (v)
+    v->addUse(this, i);
+}
+
+void Node::addInput(Value *v) {
+  inputs_.push_back(v);
+  if (v)
+    v->addUse(this, static_cast<unsigned>(inputs_.size() - 1));
+}
+
+void Node::truncateInputs(unsigned count) {
+  while (inputs_.size() > count) {
+    setInput(static_cast<unsigned>(inputs_.size() - 1), nullptr);
+    inputs_.pop_back();
+  }
+}
+
+std::vector<Value *> Node::outputs() const {
+  std::vector<Value *> out;
+  out.reserve(outputs_.size());
+  for (const auto &o : outputs_)
+    out.push_back(o.get());
+  return out;
+}
+
+Value *Node::addOutput(std::string name, TensorType type) {
+  if (name.empty() && type.dtype == DType::Undefined) {
+    outputs_.push_back(nullptr);
+    return nullptr;
+  }
+  std::string unique = graph_->uniqueName(name.empty() ? displayName() : name);
+  std::unique_ptr<Value> v(new Value(graph_, unique, std::move(type), Value::Kind::NodeResult));
+  v->producer_ = this;
+  v->resultIndex_ = static_cast<unsigned>(outputs_.size());
+  graph_->registerName(unique, v.get());
+  outputs_.push_back(std::move(v));
+  return outputs_.back().get();
+}
+
+const Attribute *Node::attr(std::string_view name) const {
+  auto it = attrs_.find(std::string(name));
+  return it == attrs_.end() ? nullptr : &it->second;
+}
+
+int64_t Node::getInt(std::string_view name, int64_t dflt) const {
+  const Attribute *a = attr(name);
+  return a && a->kind == Attribute::Kind::Int ? a->i : dflt;
+}
+
+double Node::getFloat(std::string_view name, double dflt) const {
+  const Attribute *a = attr(name);
+  if (!a)
+    return dflt;
+  if (a->kind == Attribute::Kind::Float)
+    return a->f;
+  if (a->kind == Attribute::Kind::Int)
+    return static_cast<double>(a->i);
+  return dflt;
+}
+
+std::string Node::getString(std::string_view name, std::string dflt) const {
+  const Attribute *a = attr(name);
+  return a && a->kind == Attribute::Kind::String ? a->s : dflt;
+}
+
+std::vector<int64_t> Node::getInts(std::string_view name, std::vector<int64_t> dflt) const {
+  const Attribute *a = attr(name);
+  return a && a->kind == Attribute::Kind::Ints ? a->ints : dflt;
+}
+
+std::vector<double> Node::getFloats(std::string_view name, std::vector<double> dflt) const {
+  const Attribute *a = attr(name);
+  return a && a->kind == Attribute::Kind::Floats ? a->floats : dflt;
+}
+
+const Tensor *Node::getTensor(std::string_view name) const {
+  const Attribute *a = attr(name);
+  return a && a->kind == Attribute::Kind::Tensor ? a->t.get() : nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Graph
+//===----------------------------------------------------------------------===//
+
+Graph::~Graph() {
+  // Drop operands first so no use list refers to a destroyed node.
+  for (auto &n : nodes_)
+    n->inputs_.clear();
+}
+
+int64_t Graph::opsetVersion(const std::string &domain) const {
+  auto it = opsets.find(domain);
+  return it == opsets.end() ? 0 : it->second;
+}
+
+Value *Graph::newValue(std::string name, TensorType type, Value::Kind kind) {
+  std::string unique = uniqueName(name);
+  ownedValues_.emplace_back(new Value(this, unique, std::move(type), kind));
+  Value *v = ownedValues_.back().get();
+  registerName(unique, v);
+  return v;
+}
+
+void Graph::registerName(const std::string &name, Value *v) { valuesByName_[name] = v; }
+
+Value *Graph::addInput(std::string name, TensorType type) {
+  Value *v = newValue(std::move(name), std::move(type), Value::Kind::GraphInput);
+  inputs_.push_back(v);
+  return v;
+}
+
+Value *Graph::addInitializer(std::string name, Tensor data, bool constant) {
+  Value *v = newValue(std::move(name), data.type(), Value::Kind::Initializer);
+  v->setData(std::move(data));
+  v->constant_ = constant;
+  initializers_.push_back(v);
+  return v;
+}
+
+void Graph::addOutput(Value *v) {
+  outputs_.push_back(v);
+  ++v->outputRefs_;
+}
+
+void Graph::setOutput(unsigned i, Value *v) {
+  assert(i < outputs_.size());
+  --outputs_[i]->outputRefs_;
+  outputs_[i] = v;
+  ++v->outputRefs_;
+}
+
+void Graph::removeOutput(unsigned i) {
+  assert(i < outputs_.size());
+  --outputs_[i]->outputRefs_;
+  outputs_.erase(outputs_.begin() + i);
+}
+
+void Graph::removeValue(Value *v) {
+  assert(v->isDead() && v->kind() != Value::Kind::NodeResult);
+  auto &list = v->isGraphInput() ? inputs_ : initializers_;
+  list.erase(std::find(list.begin(), list.end(), v));
+  std::erase_if(stateBindings, [&](const StateBinding &b) { return b.state == v; });
+  valuesByName_.erase(v->name());
+  auto it = std::find_if(ownedValues_.begin(), ownedValues_.end(),
+                         [&](const auto &p) { return p.get() == v; });
+  ownedValues_.erase(it);
+}
+
+void Graph::convertToInitializer(Value *input, Tensor data) {
+  assert(input->isGraphInput());
+  inputs_.erase(std::find(inputs_.begin(), inputs_.end(), input));
+  input->kind_ = Value::Kind::Initializer;
+  input->setData(std::move(data));
+  initializers_.push_back(input);
+}
+
+void Graph::convertToInput(Value *initializer) {
+  assert(initializer->isInitializer());
+  initializers_.erase(std::find(initializers_.begin(), initializers_.end(), initializer));
+  initializer->kind_ = Value::Kind::GraphInput;
+  initializer->data_.reset();
+  inputs_.push_back(initializer);
+}
+
+Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
+                        const std::vector<TensorType> &outputTypes,
+                        std::map<std::string, Attribute> attrs, std::string name,
+                        std::string domain, const std::vector<std::string> &outputNames) {
+  std::unique_ptr<Node> node(new Node(this, std::move(opType), std::move(domain), std::move(name)));
+  Node *n = node.get();
+  n->attrs_ = std::move(attrs);
+  for (Value *v : inputs)
+    n->addInput(v);
+  std::string base = n->name_.empty() ? n->opType_ : n->name_;
+  for (size_t i = 0; i < outputTypes.size(); ++i) {
+    std::string outName = i < outputNames.size() && !outputNames[i].empty()
+                              ? outputNames[i]
+                              : base + "_out" + (i ? std::to_string(i) : "");
+    if (i < outputNames.size() && outputNames[i].empty() &&
+        outputTypes[i].dtype == DType::Undefined)
+      outName.clear();
+    n->addOutput(outName, outputTypes[i]);
+  }
+  n->self_ = nodes_.insert(insertPos_, std::move(node));
+  return n;
+}
+
+void Graph::eraseNode(Node *n) {
+  for (const auto &o : n->outputs_) {
+    (void)o;
+    assert((!o || o->isDead()) && "erasing a node whose results are used");
+  }
+  for (unsigned i = 0; i < n->inputs_.size(); ++i)
+    n->setInput(i, nullptr);
+  for (const auto &o : n->outputs_)
+    if (o)
+      valuesByName_.erase(o->name());
+  if (insertPos_ == n->self_)
+    ++insertPos_;
+  nodes_.erase(n->self_);
+}
+
+void Graph::moveBefore(Node *n, Node *pos) {
+  auto target = pos ? pos->self_ : nodes_.end();
+  nodes_.splice(target, nodes_, n->self_);
+}
+
+void Graph::setInsertionPoint(Node *pos) { insertPos_ = pos ? pos->self_ : nodes_.end(); }
+
+Node *Graph::insertionPoint() const {
+  return insertPos_ == nodes_.end() ? nullptr : insertPos_->get();
+}
+
+std::vector<Node *> Graph::nodes() const {
+  std::vector<Node *> out;
+  out.reserve(nodes_.size());
+  for (const auto &n : nodes_)
+    out.push_back(n.get());
+  return out;
+}
+
+bool Graph::topologicalSort() {
+  // Kahn's algorithm, taking ready nodes in their current order so that an
+  // already valid order is preserved.
+  std::unordered_map<Node *, unsigned> pending;
+  std::unordered_map<Node *, size_t> position;
+  size_t idx = 0;
+  for (const auto &n : nodes_) {
+    position[n.get()] = idx++;
+    unsigned count = 0;
+    for (Value *v : n->inputs_)
+      if (v && v->producer_)
+        ++count;
+    pending[n.get()] = count;
+  }
+  auto cmp = [&](Node *a, Node *b) { return position[a] > position[b]; };
+  std::vector<Node *> ready;
+  for (const auto &n : nodes_)
+    if (pending[n.get()] == 0)
+      ready.push_back(n.get());
+  std::make_heap(ready.begin(), ready.end(), cmp);
+  std::vector<Node *> order;
+  order.reserve(nodes_.size());
+  while (!ready.empty()) {
+    std::pop_heap(ready.begin(), ready.end(), cmp);
+    Node *n = ready.back();
+    ready.pop_back();
+    order.push_back(n);
+    for (const auto &o : n->outputs_) {
+      if (!o)
+        continue;
+      for (const Use &u : o->uses_)
+        if (--pending[u.user] == 0) {
+          ready.push_back(u.user);
+          std::push_heap(ready.begin(), ready.end(), cmp);
+        }
+    }
+  }
+  if (order.size() != nodes_.size())
+    return false;
+  for (Node *n : order)
+    nodes_.splice(nodes_.end(), nodes_, n->self_);
+  insertPos_ = nodes_.end();
+  return true;
+}
+
+Value *Graph::findValue(std::string_view name) const {
+  auto it = valuesByName_.find(std::string(name));
+  return it == valuesByName_.end() ? nullptr : it->second;
+}
+
+Node *Graph::findNode(std::string_view name) const {
+  for (const auto &n : nodes_)
+    if (n->name_ == name)
+      return n.get();
+  return nullptr;
+}
+
+std::string Graph::uniqueName(std::string_view base) {
+  std::string b(base.empty() ? "v" : base);
+  if (!valuesByName_.count(b))
+    return b;
+  unsigned &counter = nameCounters_[b];
+  std::string candidate;
+  do {
+    candidate = b + "_" + std::to_string(++counter);
+  } while (valuesByName_.count(candidate));
+  return candidate;
+}
+
+void Graph::renameValue(Value *v, std::string newName) {
+  if (v->name_ == newName)
+    return;
+  valuesByName_.erase(v->name_);
+  v->name_ = uniqueName(newName);
+  registerName(v->name_, v);
+}
+
+//===----------------------------------------------------------------------===//
+// IR facts kept in metadata
+//===----------------------------------------------------------------------===//
+
+std::map<std::string, std::string> metadataWithIRFacts(const Graph &g) {
+  std::map<std::string, std::string> md = g.metadata;
+  std::string constants;
+  for (const Value *v : g.initializers())
+    if (v->isConstant() && isFloat(v->dtype()))
+      constants += (constants.empty() ? "" : ",") + v->name();
+  if (!constants.empty())
+    md[kConstantsKey] = constants;
+  std::string bindings;
+  for (const StateBinding &b : g.stateBindings)
+    bindings += (bindings.empty() ? "" : ";") + b.state->name() + "=" + b.updated->name();
+  if (!bindings.empty())
+    md[kUpdateBindingKey] = bindings;
+  return md;
+}
+
+namespace {
+std::vector<std::string> splitOn(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos)
+      end = s.size();
+    if (end > start)
+      out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+} // namespace
+
+std::string absorbIRFacts(Graph &g) {
+  auto c = g.metadata.find(kConstantsKey);
+  if (c != g.metadata.end()) {
+    for (const std::string &name : splitOn(c->second, ',')) {
+      Value *v = g.findValue(name);
+      if (!v || !v->isInitializer())
+        return std::string(kConstantsKey) + " names '" + name + "', which is not an initializer";
+      v->setConstant(true);
+    }
+    g.metadata.erase(c);
+  }
+  auto b = g.metadata.find(kUpdateBindingKey);
+  if (b != g.metadata.end()) {
+    if (!g.stateBindings.empty())
+      return std::string(kUpdateBindingKey) + " repeats the model's training_info bindings";
+    for (const std::string &pair : splitOn(b->second, ';')) {
+      size_t eq = pair.find('=');
+      Value *state = eq == std::string::npos ? nullptr : g.findValue(pair.substr(0, eq));
+      Value *updated = eq == std::string::npos ? nullptr : g.findValue(pair.substr(eq + 1));
+      if (!state || !updated)
+        return std::string(kUpdateBindingKey) + " entry '" + pair + "' names an unknown value";
+      g.stateBindings.push_back({state, updated});
+    }
+    g.metadata.erase(b);
+  }
+  return {};
+}
+
+} // namespace ampc

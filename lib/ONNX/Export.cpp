@@ -1,0 +1,188 @@
+//===- Export.cpp - The IR back to ONNX ------------------------------------===//
+
+#include "ampc/ONNX/Export.h"
+
+#include "ampc/IR/Printer.h"
+#include "ampc/ONNX/ProtoConversion.h"
+#include "ampc/ONNX/Schemas.h"
+#include "ampc/Support/Error.h"
+
+#include "onnx/checker.h"
+#include "onnx/shape_inference/implementation.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+namespace ampc {
+
+namespace {
+
+void setType(const TensorType &t, onnx::TypeProto &proto) {
+  auto *tt = proto.mutable_tensor_type();
+  tt->set_elem_type(dtypeToOnnx(t.dtype));
+  auto *shape = tt->mutable_shape();
+  for (int64_t d : t.shape)
+    shape->add_dim()->set_dim_value(d);
+}
+
+void addValueInfo(const Value *v, google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> &list) {
+  auto *vi = list.Add();
+  vi->set_name(v->name());
+  setType(v->type(), *vi->mutable_type());
+}
+
+std::string oneLine(std::string s) {
+  for (char &c : s)
+    if (c == '\n' || c == '\r')
+      c = ' ';
+  return s;
+}
+
+} // namespace
+
+void graphToModelProto(const Graph &g, onnx::ModelProto &model) {
+  model.Clear();
+  model.set_ir_version(g.irVersion);
+  model.set_producer_name(g.producerName.empty() ? "ampc" : g.producerName);
+  if (!g.producerVersion.empty())
+    model.set_producer_version(g.producerVersion);
+  bool usesAmpc = false;
+  for (const Node *n : g.nodes())
+    usesAmpc = usesAmpc || n->domain() == kAmpcDomain;
+  for (const auto &[domain, version] : g.opsets) {
+    auto *imp = model.add_opset_import();
+    imp->set_domain(domain);
+    imp->set_version(version);
+  }
+  if (usesAmpc && !g.opsets.count(std::string(kAmpcDomain))) {
+    auto *imp = model.add_opset_import();
+    imp->set_domain(std::string(kAmpcDomain));
+    imp->set_version(1);
+  }
+  // State bindings go to TrainingInfoProto below; the other IR facts to metadata.
+  for (const auto &[k, v] : metadataWithIRFacts(g)) {
+    if (k == kUpdateBindingKey)
+      continue;
+    auto *prop = model.add_metadata_props();
+    prop->set_key(k);
+    prop->set_value(v);
+  }
+
+  auto *gp = model.mutable_graph();
+  gp->set_name(g.name);
+  for (const Value *v : g.initializers())
+    tensorToProto(*v->data(), v->name(), *gp->add_initializer());
+  for (const Value *v : g.inputs())
+    addValueInfo(v, *gp->mutable_input());
+  for (const Value *v : g.outputs())
+    addValueInfo(v, *gp->mutable_output());
+  for (const Node *n : g.nodes()) {
+    auto *np = gp->add_node();
+    np->set_op_type(n->opType());
+    np->set_domain(n->domain());
+    if (!n->name().empty())
+      np->set_name(n->name());
+    for (const Value *v : n->inputs())
+      np->add_input(v ? v->name() : "");
+    for (unsigned i = 0; i < n->numOutputs(); ++i) {
+      const Value *v = n->output(i);
+      np->add_output(v ? v->name() : "");
+      if (v && !v->isGraphOutput())
+        addValueInfo(v, *gp->mutable_value_info());
+    }
+    for (const auto &[name, a] : n->attributes())
+      attributeToProto(name, a, *np->add_attribute());
+  }
+
+  if (!g.stateBindings.empty()) {
+    // The step is the main graph itself: each binding says which graph output
+    // replaces which state initializer (or input) for the next step.
+    auto *ti = model.add_training_info();
+    ti->mutable_algorithm()->set_name("ampc_training_step_is_the_main_graph");
+    for (const StateBinding &b : g.stateBindings) {
+      auto *kv = ti->add_update_binding();
+      kv->set_key(b.state->name());
+      kv->set_value(b.updated->name());
+    }
+  }
+}
+
+llvm::Error checkModelProto(onnx::ModelProto &model) {
+  registerAmpcSchemas();
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception &e) {
+    return makeError("the ONNX checker rejects the model: " + oneLine(e.what()));
+  }
+  try {
+    onnx::ModelProto copy = model;
+    onnx::ShapeInferenceOptions options(true, 1, true);
+    onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(), options);
+  } catch (const std::exception &e) {
+    return makeError("strict shape inference rejects the model: " + oneLine(e.what()));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::string> serializeModel(const Graph &g, ModelFormat format) {
+  if (format == ModelFormat::Text) {
+    PrintOptions opts;
+    opts.elideLargeData = false;
+    return printGraphToString(g, opts);
+  }
+  onnx::ModelProto model;
+  graphToModelProto(g, model);
+  if (auto err = checkModelProto(model))
+    return std::move(err);
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    return makeError("the model could not be serialized (larger than 2 GiB?)");
+  return bytes;
+}
+
+llvm::Error writeFileAtomically(const std::string &path, std::string_view contents) {
+  if (path == "-") {
+    llvm::outs() << contents;
+    llvm::outs().flush();
+    return llvm::Error::success();
+  }
+  llvm::SmallString<256> dir(path);
+  llvm::sys::path::remove_filename(dir);
+  if (dir.empty())
+    dir = ".";
+  llvm::SmallString<256> model(dir);
+  llvm::sys::path::append(model, llvm::sys::path::filename(path) + ".tmp-%%%%%%");
+  int fd = -1;
+  llvm::SmallString<256> tmp;
+  if (auto ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
+    return makeError(path + ": cannot create a temporary file: " + ec.message());
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << contents;
+    os.flush();
+    if (os.has_error()) {
+      std::string msg = os.error().message();
+      os.clear_error();
+      llvm::sys::fs::remove(tmp);
+      return makeError(path + ": write failed: " + msg);
+    }
+  }
+  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
+    llvm::sys::fs::remove(tmp);
+    return makeError(path + ": cannot rename the temporary file: " + ec.message());
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error exportModel(const Graph &g, const std::string &path, ModelFormat format) {
+  auto bytes = serializeModel(g, format);
+  if (!bytes)
+    return withContext(bytes.takeError(), path);
+  return writeFileAtomically(path, *bytes);
+}
+
+} // namespace ampc

@@ -1,0 +1,506 @@
+//===- Import.cpp - ONNX models into the IR --------------------------------===//
+
+#include "ampc/ONNX/Import.h"
+
+#include "ampc/ONNX/ProtoConversion.h"
+#include "ampc/ONNX/Schemas.h"
+#include "ampc/ONNX/TextFormat.h"
+#include "StaticShapes.h"
+#include "ampc/Support/Error.h"
+
+#include "onnx/checker.h"
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
+#include "onnx/version_converter/convert.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <fstream>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ampc {
+
+namespace {
+
+/// ONNX's messages span several lines; ampc's errors are one line.
+std::string oneLine(std::string msg) {
+  std::string out;
+  bool space = false;
+  for (char c : msg) {
+    if (c == '\n' || c == '\r' || c == '\t' || c == ' ') {
+      space = !out.empty();
+      continue;
+    }
+    if (space)
+      out += ' ';
+    space = false;
+    out += c;
+  }
+  return out;
+}
+
+std::string nodeLabel(const onnx::NodeProto &n) {
+  std::string name = !n.name().empty() ? n.name() : (n.output_size() ? n.output(0) : "");
+  std::string op = n.domain().empty() ? n.op_type() : n.domain() + "." + n.op_type();
+  return "node '" + name + "' (" + op + ")";
+}
+
+bool isDefaultDomain(const std::string &d) { return d.empty() || d == "ai.onnx"; }
+
+//===----------------------------------------------------------------------===//
+// Checks on the ModelProto, before ONNX's checker sees it
+//===----------------------------------------------------------------------===//
+
+llvm::Error checkOpsets(onnx::ModelProto &model) {
+  int64_t opset = -1;
+  for (const auto &imp : model.opset_import()) {
+    if (isDefaultDomain(imp.domain()))
+      opset = imp.version();
+    else if (imp.domain() == kAmpcDomain) {
+      if (imp.version() != 1)
+        return formatError("unsupported version {0} of the 'ampc' domain (ampc has version 1)",
+                           imp.version());
+    } else {
+      return formatError("unsupported operator domain '{0}' (ampc reads the default ONNX "
+                         "domain and 'ampc')",
+                         imp.domain());
+    }
+  }
+  if (opset < 0)
+    return makeError("the model has no opset_import for the default ONNX domain");
+  if (opset > kMaxOpset)
+    return formatError("opset {0} is not supported (ampc supports opsets {1} to {2})", opset,
+                       kMinOpset, kMaxOpset);
+  if (opset >= kMinOpset)
+    return llvm::Error::success();
+  // Older models are upgraded with ONNX's version converter when it can.
+  try {
+    onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(model, kMinOpset);
+    model = std::move(converted);
+  } catch (const std::exception &e) {
+    return formatError("opset {0} could not be upgraded to opset {1}: {2}", opset, kMinOpset,
+                       oneLine(e.what()));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error inlineExternalData(onnx::ModelProto &model, const std::string &baseDir) {
+  for (auto &t : *model.mutable_graph()->mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL)
+      continue;
+    auto tensor = tensorFromProto(t, baseDir);
+    if (!tensor)
+      return tensor.takeError();
+    std::string name = t.name();
+    tensorToProto(*tensor, name, t);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error rejectSubgraphs(const onnx::GraphProto &graph) {
+  for (const auto &n : graph.node())
+    for (const auto &a : n.attribute())
+      if (a.has_g() || a.graphs_size())
+        return makeError(nodeLabel(n) + ": subgraph attributes (control flow) are not supported");
+  return llvm::Error::success();
+}
+
+/// Graph inputs that are also initializers are parameters with a default
+/// value: ampc treats them as initializers.
+void dropInitializerInputs(onnx::GraphProto &graph) {
+  std::unordered_set<std::string> inits;
+  for (const auto &t : graph.initializer())
+    inits.insert(t.name());
+  auto *inputs = graph.mutable_input();
+  for (int i = inputs->size() - 1; i >= 0; --i)
+    if (inits.count(inputs->Get(i).name()))
+      inputs->DeleteSubrange(i, 1);
+}
+
+/// Reports undefined operands and cycles with the node at fault, then sorts
+/// the nodes topologically (ONNX requires an order; ampc accepts any order
+/// that has one).
+llvm::Error checkStructure(onnx::GraphProto &graph) {
+  std::unordered_map<std::string, int> producer;
+  std::unordered_set<std::string> defined;
+  for (const auto &v : graph.input())
+    defined.insert(v.name());
+  for (const auto &t : graph.initializer())
+    defined.insert(t.name());
+  for (int i = 0; i < graph.node_size(); ++i)
+    for (const auto &o : graph.node(i).output())
+      if (!o.empty()) {
+        if (defined.count(o) || producer.count(o))
+          return makeError(nodeLabel(graph.node(i)) + ": value '" + o +
+                           "' is defined more than once");
+        producer[o] = i;
+      }
+  for (const auto &n : graph.node())
+    for (const auto &in : n.input())
+      if (!in.empty() && !defined.count(in) && !producer.count(in))
+        return makeError(nodeLabel(n) + ": input '" + in +
+                         "' is not defined by any node, graph input or initializer");
+  for (const auto &o : graph.output())
+    if (!defined.count(o.name()) && !producer.count(o.name()))
+      return makeError("graph output '" + o.name() + "' is not produced by any node");
+
+  // Keep the model's order when it is already valid (the usual case).
+  std::unordered_set<std::string> available = defined;
+  bool sorted = true;
+  for (const auto &n : graph.node()) {
+    for (const auto &in : n.input())
+      sorted = sorted && (in.empty() || available.count(in));
+    for (const auto &o : n.output())
+      available.insert(o);
+  }
+  if (sorted)
+    return llvm::Error::success();
+
+  // Kahn's algorithm, taking ready nodes in their model order.
+  int n = graph.node_size();
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (int i = 0; i < n; ++i)
+    for (const auto &in : graph.node(i).input()) {
+      auto it = producer.find(in);
+      if (in.empty() || it == producer.end())
+        continue;
+      ++pending[i];
+      users[it->second].push_back(i);
+    }
+  std::vector<int> order;
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int i = 0; i < n; ++i)
+    if (!pending[i])
+      ready.push(i);
+  while (!ready.empty()) {
+    int i = ready.top();
+    ready.pop();
+    order.push_back(i);
+    for (int u : users[i])
+      if (--pending[u] == 0)
+        ready.push(u);
+  }
+  if (static_cast<int>(order.size()) != n) {
+    for (int i = 0; i < n; ++i)
+      if (pending[i])
+        return makeError("the graph has a cycle through " + nodeLabel(graph.node(i)));
+  }
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (int i : order)
+    *nodes.Add() = graph.node(i);
+  graph.mutable_node()->Swap(&nodes);
+  return llvm::Error::success();
+}
+
+llvm::Error checkKnownOps(const onnx::ModelProto &model) {
+  std::unordered_map<std::string, int> versions;
+  for (const auto &imp : model.opset_import())
+    versions[isDefaultDomain(imp.domain()) ? "" : imp.domain()] = static_cast<int>(imp.version());
+  for (const auto &n : model.graph().node()) {
+    std::string domain = isDefaultDomain(n.domain()) ? "" : n.domain();
+    auto it = versions.find(domain);
+    if (it == versions.end())
+      return makeError(nodeLabel(n) + ": domain '" + domain + "' is not in the model's opset_import");
+    if (!onnx::OpSchemaRegistry::Schema(n.op_type(), it->second, domain))
+      return makeError(nodeLabel(n) + ": unknown operator '" + n.op_type() + "' in " +
+                       (domain.empty() ? std::string("the default domain") : "domain '" + domain + "'") +
+                       " at opset " + std::to_string(it->second));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error bindInputShapes(onnx::GraphProto &graph, const ImportOptions &opts) {
+  for (const auto &[name, shape] : opts.shapes) {
+    bool found = false;
+    for (const auto &in : graph.input())
+      found = found || in.name() == name;
+    if (!found)
+      return makeError("--shape names '" + name + "', which is not a graph input");
+  }
+  for (auto &in : *graph.mutable_input()) {
+    if (!in.type().has_tensor_type())
+      return makeError("input '" + in.name() + "' is not a tensor");
+    auto *tt = in.mutable_type()->mutable_tensor_type();
+    auto given = opts.shapes.find(in.name());
+    if (given != opts.shapes.end()) {
+      const Shape &shape = given->second;
+      if (tt->has_shape() && tt->shape().dim_size() != static_cast<int>(shape.size()))
+        return formatError("input '{0}': --shape gives rank {1}, the model declares rank {2}",
+                           in.name(), shape.size(), tt->shape().dim_size());
+      if (tt->has_shape())
+        for (int d = 0; d < tt->shape().dim_size(); ++d)
+          if (tt->shape().dim(d).has_dim_value() && tt->shape().dim(d).dim_value() != shape[d])
+            return formatError("input '{0}': --shape gives {1} for dimension {2}, the model "
+                               "fixes it to {3}",
+                               in.name(), shape[d], d, tt->shape().dim(d).dim_value());
+      tt->mutable_shape()->clear_dim();
+      for (int64_t d : shape)
+        tt->mutable_shape()->add_dim()->set_dim_value(d);
+      continue;
+    }
+    if (!tt->has_shape())
+      return makeError("input '" + in.name() +
+                       "' has no shape (unknown rank); give it with --shape " + in.name() + "=...");
+    for (int d = 0; d < tt->shape().dim_size(); ++d) {
+      auto *dim = tt->mutable_shape()->mutable_dim(d);
+      if (dim->has_dim_value()) {
+        if (d == 0 && opts.batch && dim->dim_value() != *opts.batch)
+          return formatError("input '{0}': --batch={1}, but the model fixes dimension 0 to {2}",
+                             in.name(), *opts.batch, dim->dim_value());
+        continue;
+      }
+      if (d == 0 && opts.batch) {
+        dim->set_dim_value(*opts.batch);
+        continue;
+      }
+      std::string sym = dim->has_dim_param() ? " ('" + dim->dim_param() + "')" : "";
+      return formatError("input '{0}': dimension {1}{2} is dynamic; bind it with {3}--shape "
+                         "{0}=d0,d1,...",
+                         in.name(), d, sym, d == 0 ? "--batch=N or " : "");
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error runChecker(onnx::ModelProto &model) {
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception &e) {
+    return makeError("invalid model: " + oneLine(e.what()));
+  }
+  try {
+    onnx::ShapeInferenceOptions options(/*check_type=*/true, /*strict_mode=*/1,
+                                        /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), options);
+  } catch (const std::exception &e) {
+    return makeError("shape inference failed: " + oneLine(e.what()));
+  }
+  return llvm::Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Building the IR
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<TensorType> staticType(const onnx::TypeProto &type, const std::string &what) {
+  if (!type.has_tensor_type())
+    return makeError(what + " is not a tensor");
+  const auto &tt = type.tensor_type();
+  DType dt = dtypeFromOnnx(tt.elem_type());
+  if (dt == DType::Undefined)
+    return makeError(what + " has element type " + std::to_string(tt.elem_type()) +
+                     ", which ampc does not support");
+  if (!tt.has_shape())
+    return makeError(what + " has no static shape (shape inference could not determine it)");
+  Shape shape;
+  for (int d = 0; d < tt.shape().dim_size(); ++d) {
+    const auto &dim = tt.shape().dim(d);
+    if (!dim.has_dim_value())
+      return makeError(what + ": dimension " + std::to_string(d) +
+                       " is not static (shape inference could not determine it)");
+    shape.push_back(dim.dim_value());
+  }
+  // The product could overflow int64 for absurd shapes: check stepwise.
+  int64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0)
+      return makeError(what + " has a negative dimension");
+    if (d != 0 && count > kMaxElements / d)
+      return makeError(what + " has shape " + shapeStr(shape) + ", more than 2^31 elements");
+    count *= d;
+  }
+  if (count > kMaxElements)
+    return makeError(what + " has shape " + shapeStr(shape) + ", more than 2^31 elements");
+  return TensorType(dt, std::move(shape));
+}
+
+llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
+                                                  const std::string &baseDir) {
+  const auto &gp = model.graph();
+  auto g = std::make_unique<Graph>();
+  g->name = gp.name().empty() ? "main" : gp.name();
+  g->irVersion = model.ir_version();
+  g->producerName = model.producer_name();
+  g->producerVersion = model.producer_version();
+  for (const auto &imp : model.opset_import())
+    g->opsets[isDefaultDomain(imp.domain()) ? "" : imp.domain()] = imp.version();
+  for (const auto &prop : model.metadata_props())
+    g->metadata[prop.key()] = prop.value();
+
+  std::unordered_map<std::string, const onnx::TypeProto *> types;
+  for (const auto &v : gp.value_info())
+    types[v.name()] = &v.type();
+  for (const auto &v : gp.output())
+    types[v.name()] = &v.type();
+  for (const auto &v : gp.input())
+    types[v.name()] = &v.type();
+
+  std::unordered_map<std::string, Value *> values;
+  for (const auto &t : gp.initializer()) {
+    auto tensor = tensorFromProto(t, baseDir);
+    if (!tensor)
+      return withContext(tensor.takeError(), "initializer '" + t.name() + "'");
+    if (tensor->size() > kMaxElements)
+      return makeError("initializer '" + t.name() + "' has more than 2^31 elements");
+    values[t.name()] = g->addInitializer(t.name(), std::move(*tensor));
+  }
+  for (const auto &in : gp.input()) {
+    auto ty = staticType(in.type(), "input '" + in.name() + "'");
+    if (!ty)
+      return ty.takeError();
+    values[in.name()] = g->addInput(in.name(), *ty);
+  }
+  for (const auto &np : gp.node()) {
+    std::vector<Value *> inputs;
+    for (const auto &name : np.input())
+      inputs.push_back(name.empty() ? nullptr : values.at(name));
+    std::vector<TensorType> outTypes;
+    std::vector<std::string> outNames;
+    for (const auto &name : np.output()) {
+      outNames.push_back(name);
+      if (name.empty()) {
+        outTypes.emplace_back();
+        continue;
+      }
+      auto it = types.find(name);
+      if (it == types.end())
+        return makeError(nodeLabel(np) + ": the type of output '" + name +
+                         "' could not be inferred");
+      auto ty = staticType(*it->second, nodeLabel(np) + ": output '" + name + "'");
+      if (!ty)
+        return ty.takeError();
+      outTypes.push_back(*ty);
+    }
+    std::map<std::string, Attribute> attrs;
+    for (const auto &ap : np.attribute()) {
+      llvm::Error err = llvm::Error::success();
+      attrs[ap.name()] = attributeFromProto(ap, err);
+      if (err)
+        return withContext(std::move(err), nodeLabel(np) + ": attribute '" + ap.name() + "'");
+    }
+    std::string domain = isDefaultDomain(np.domain()) ? "" : np.domain();
+    Node *n = g->createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name(), domain,
+                            outNames);
+    for (unsigned i = 0; i < n->numOutputs(); ++i)
+      if (Value *v = n->output(i))
+        values[np.output(i)] = v;
+  }
+  for (const auto &out : gp.output()) {
+    Value *v = values.at(out.name());
+    auto declared = staticType(out.type(), "graph output '" + out.name() + "'");
+    if (!declared)
+      return declared.takeError();
+    if (*declared != v->type())
+      return makeError("graph output '" + out.name() + "' is declared " + declared->str() +
+                       " but computed as " + v->type().str());
+    g->addOutput(v);
+  }
+  // State bindings (a training step written by ampc).
+  for (const auto &ti : model.training_info())
+    for (const auto &b : ti.update_binding()) {
+      auto s = values.find(b.key());
+      auto u = values.find(b.value());
+      if (s == values.end() || u == values.end())
+        return makeError("update_binding '" + b.key() + "' <- '" + b.value() +
+                         "' names an unknown value");
+      g->stateBindings.push_back({s->second, u->second});
+    }
+  if (std::string err = absorbIRFacts(*g); !err.empty())
+    return makeError(err);
+  return g;
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
+                                                        const std::string &displayName,
+                                                        const std::string &baseDir,
+                                                        const ImportOptions &opts) {
+  registerAmpcSchemas();
+  auto fail = [&](llvm::Error err) { return withContext(std::move(err), displayName); };
+  if (!model.has_graph())
+    return fail(makeError("the model has no graph"));
+  if (auto err = checkOpsets(model))
+    return fail(std::move(err));
+  onnx::GraphProto &graph = *model.mutable_graph();
+  if (auto err = inlineExternalData(model, baseDir))
+    return fail(std::move(err));
+  if (auto err = rejectSubgraphs(graph))
+    return fail(std::move(err));
+  dropInitializerInputs(graph);
+  if (auto err = checkStructure(graph))
+    return fail(std::move(err));
+  if (auto err = checkKnownOps(model))
+    return fail(std::move(err));
+  if (auto err = bindInputShapes(graph, opts))
+    return fail(std::move(err));
+  if (auto err = runChecker(model))
+    return fail(std::move(err));
+  if (auto err = completeStaticShapes(model))
+    return fail(std::move(err));
+  auto g = buildGraph(model, baseDir);
+  if (!g)
+    return fail(g.takeError());
+  return g;
+}
+
+llvm::Expected<std::unique_ptr<Graph>> importModelText(std::string_view text,
+                                                       const std::string &displayName,
+                                                       const ImportOptions &opts) {
+  onnx::ModelProto model;
+  if (auto err = parseOnnxText(text, model))
+    return withContext(std::move(err), displayName);
+  return importModelProto(model, displayName, ".", opts);
+}
+
+llvm::Expected<std::unique_ptr<Graph>> importModelFile(const std::string &path,
+                                                       const ImportOptions &opts) {
+  bool fromStdin = path == "-";
+  std::string display = fromStdin ? "<stdin>" : path;
+  if (!fromStdin && llvm::sys::fs::is_directory(path))
+    return makeError(display + ": is a directory, not a model file");
+  auto buffer = fromStdin ? llvm::MemoryBuffer::getSTDIN() : llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return makeError(display + ": cannot read the file: " + buffer.getError().message());
+  llvm::StringRef bytes = (*buffer)->getBuffer();
+  if (bytes.empty())
+    return makeError(display + ": the file is empty");
+
+  llvm::StringRef ext = llvm::sys::path::extension(path);
+  bool text = fromStdin || ext == ".onnxtxt" || ext == ".txt";
+  if (text)
+    return importModelText(std::string_view(bytes.data(), bytes.size()), display, opts);
+
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) ||
+      !model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return makeError(display + ": not a valid ONNX model (the protobuf could not be parsed; "
+                               "truncated or not an .onnx file)");
+  std::string baseDir = llvm::sys::path::parent_path(path).str();
+  return importModelProto(model, display, baseDir.empty() ? "." : baseDir, opts);
+}
+
+llvm::Expected<Shape> parseShapeList(std::string_view text) {
+  Shape shape;
+  std::string s(text);
+  if (s.empty())
+    return shape; // a scalar
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char *end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0)
+      return makeError("invalid dimension '" + item + "' in shape '" + s + "'");
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+} // namespace ampc

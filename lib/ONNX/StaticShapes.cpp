@@ -1,0 +1,249 @@
+//===- StaticShapes.cpp - Static shapes by partial evaluation --------------===//
+//
+// ONNX's shape inference propagates constant data through a few operators
+// only, so the shape subgraphs of torch exports with dynamic axes (Shape,
+// Gather, Div, Cast, Concat -> Reshape) often leave results without a static
+// shape even after every input is bound. Here the importer evaluates such
+// constant subgraphs with the reference interpreter on a scratch copy of the
+// model, feeds their values back to ONNX's inference as initializers, and
+// copies the completed types into the real model. The model itself is not
+// changed: folding is the job of the constant-fold pass.
+//
+//===----------------------------------------------------------------------===//
+
+#include "StaticShapes.h"
+
+#include "ampc/Interpreter/Interpreter.h"
+#include "ampc/ONNX/ProtoConversion.h"
+#include "ampc/Support/Error.h"
+
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
+
+#include <unordered_map>
+
+namespace ampc {
+
+namespace {
+
+constexpr int64_t kMaxEvaluatedElements = int64_t(1) << 16;
+constexpr int kMaxRounds = 64;
+
+bool isStatic(const onnx::TypeProto &t) {
+  if (!t.has_tensor_type() || !t.tensor_type().has_shape())
+    return false;
+  for (const auto &d : t.tensor_type().shape().dim())
+    if (!d.has_dim_value())
+      return false;
+  return dtypeFromOnnx(t.tensor_type().elem_type()) != DType::Undefined;
+}
+
+TensorType toTensorType(const onnx::TypeProto &t) {
+  Shape shape;
+  for (const auto &d : t.tensor_type().shape().dim())
+    shape.push_back(d.dim_value());
+  return TensorType(dtypeFromOnnx(t.tensor_type().elem_type()), shape);
+}
+
+using TypeMap = std::unordered_map<std::string, onnx::TypeProto>;
+
+TypeMap collectTypes(const onnx::GraphProto &g) {
+  TypeMap types;
+  for (const auto *list : {&g.input(), &g.value_info(), &g.output()})
+    for (const auto &vi : *list)
+      types[vi.name()] = vi.type();
+  return types;
+}
+
+bool hasUnknownTypes(const onnx::GraphProto &g) {
+  TypeMap types = collectTypes(g);
+  for (const auto &n : g.node())
+    for (const auto &o : n.output()) {
+      if (o.empty())
+        continue;
+      auto it = types.find(o);
+      if (it == types.end() || !isStatic(it->second))
+        return true;
+    }
+  return false;
+}
+
+bool isRandom(const onnx::NodeProto &n) {
+  return n.op_type() == "Dropout" || n.op_type().rfind("Random", 0) == 0 ||
+         n.op_type() == "Multinomial" || n.op_type() == "Bernoulli";
+}
+
+/// Evaluates computable nodes of a scratch model, turning their results into
+/// initializers so that ONNX's shape inference sees the data.
+class PartialEvaluator {
+public:
+  explicit PartialEvaluator(onnx::ModelProto &work) : work_(work) {
+    for (const auto &imp : work.opset_import())
+      scratch_.opsets[imp.domain() == "ai.onnx" ? "" : imp.domain()] = imp.version();
+  }
+
+  /// One round: infer, then evaluate what became computable. True on progress.
+  llvm::Expected<bool> round() {
+    onnx::ShapeInferenceOptions options(/*check_type=*/false, /*strict=*/0, /*data_prop=*/true);
+    try {
+      onnx::shape_inference::InferShapes(work_, onnx::OpSchemaRegistry::Instance(), options);
+    } catch (const std::exception &) {
+      return false; // the strict run on the real model reports errors
+    }
+    types_ = collectTypes(work_.graph());
+    auto &graph = *work_.mutable_graph();
+    for (const auto &t : graph.initializer()) {
+      if (known_.count(t.name()))
+        continue;
+      auto tensor = tensorFromProto(t);
+      if (!tensor)
+        return tensor.takeError();
+      known_.emplace(t.name(), std::move(*tensor));
+    }
+    bool progress = false;
+    google::protobuf::RepeatedPtrField<onnx::NodeProto> remaining;
+    for (const auto &np : graph.node()) {
+      auto results = tryEvaluate(np);
+      if (!results)
+        return results.takeError();
+      if (results->empty()) {
+        *remaining.Add() = np;
+        continue;
+      }
+      for (int i = 0; i < np.output_size(); ++i) {
+        if (np.output(i).empty())
+          continue;
+        tensorToProto((*results)[i], np.output(i), *graph.add_initializer());
+        known_.emplace(np.output(i), std::move((*results)[i]));
+      }
+      progress = true;
+    }
+    graph.mutable_node()->Swap(&remaining);
+    return progress;
+  }
+
+private:
+  /// The node's results when all its operands are known (Shape and Size need
+  /// only a static operand type); empty when it cannot be evaluated.
+  llvm::Expected<std::vector<Tensor>> tryEvaluate(const onnx::NodeProto &np) {
+    if (isRandom(np) || !np.domain().empty() || !hasKernel("", np.op_type()))
+      return std::vector<Tensor>{};
+    std::vector<TensorType> outTypes;
+    for (const auto &o : np.output()) {
+      auto it = types_.find(o);
+      if (o.empty() || it == types_.end() || !isStatic(it->second))
+        return std::vector<Tensor>{};
+      outTypes.push_back(toTensorType(it->second));
+      if (outTypes.back().numElements() > kMaxEvaluatedElements)
+        return std::vector<Tensor>{};
+    }
+    bool typeOnly = np.op_type() == "Shape" || np.op_type() == "Size";
+    std::vector<Value *> inputs;
+    std::vector<Tensor> typeOnlyData;
+    std::vector<const Tensor *> data;
+    typeOnlyData.reserve(np.input_size());
+    for (const auto &in : np.input()) {
+      if (in.empty()) {
+        inputs.push_back(nullptr);
+        data.push_back(nullptr);
+        continue;
+      }
+      if (const Tensor *t = known(in)) {
+        inputs.push_back(scratch_.addInput("in", t->type()));
+        data.push_back(t);
+        continue;
+      }
+      auto it = types_.find(in);
+      if (!typeOnly || it == types_.end() || !isStatic(it->second) ||
+          toTensorType(it->second).numElements() > kMaxEvaluatedElements)
+        return std::vector<Tensor>{};
+      // Shape and Size read only the type: any data of that type will do.
+      typeOnlyData.emplace_back(toTensorType(it->second));
+      inputs.push_back(scratch_.addInput("in", typeOnlyData.back().type()));
+      data.push_back(&typeOnlyData.back());
+    }
+    std::map<std::string, Attribute> attrs;
+    for (const auto &ap : np.attribute()) {
+      llvm::Error err = llvm::Error::success();
+      attrs[ap.name()] = attributeFromProto(ap, err);
+      if (err)
+        return std::move(err);
+    }
+    Node *n = scratch_.createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name());
+    auto results = evaluateNode(*n, data);
+    for (unsigned i = 0; i < n->numInputs(); ++i)
+      n->setInput(i, nullptr);
+    scratch_.eraseNode(n);
+    for (Value *v : inputs)
+      if (v)
+        scratch_.removeValue(v);
+    if (!results) {
+      // Leave the failure to the real evaluation (or to the type error).
+      llvm::consumeError(results.takeError());
+      return std::vector<Tensor>{};
+    }
+    return results;
+  }
+
+  const Tensor *known(const std::string &name) const {
+    auto it = known_.find(name);
+    return it == known_.end() ? nullptr : &it->second;
+  }
+
+  onnx::ModelProto &work_;
+  Graph scratch_;
+  TypeMap types_;
+  std::unordered_map<std::string, Tensor> known_;
+};
+
+} // namespace
+
+llvm::Error completeStaticShapes(onnx::ModelProto &model) {
+  if (!hasUnknownTypes(model.graph()))
+    return llvm::Error::success();
+  onnx::ModelProto work = model;
+  PartialEvaluator evaluator(work);
+  for (int i = 0; i < kMaxRounds; ++i) {
+    auto progress = evaluator.round();
+    if (!progress)
+      return progress.takeError();
+    if (!*progress)
+      break;
+  }
+  // Copy every static type found into the real model's value_info.
+  TypeMap types = collectTypes(work.graph());
+  for (const auto &t : work.graph().initializer()) {
+    onnx::TypeProto tp;
+    auto *tt = tp.mutable_tensor_type();
+    tt->set_elem_type(t.data_type());
+    auto *shape = tt->mutable_shape();
+    for (int64_t d : t.dims())
+      shape->add_dim()->set_dim_value(d);
+    types.emplace(t.name(), tp);
+  }
+  TypeMap existing = collectTypes(model.graph());
+  auto &graph = *model.mutable_graph();
+  for (const auto &n : graph.node())
+    for (const auto &o : n.output()) {
+      auto have = existing.find(o);
+      auto found = types.find(o);
+      if (o.empty() || found == types.end() || !isStatic(found->second))
+        continue;
+      if (have != existing.end() && isStatic(have->second))
+        continue;
+      bool replaced = false;
+      for (auto &vi : *graph.mutable_value_info())
+        if (vi.name() == o) {
+          *vi.mutable_type() = found->second;
+          replaced = true;
+        }
+      if (!replaced) {
+        auto *vi = graph.add_value_info();
+        vi->set_name(o);
+        *vi->mutable_type() = found->second;
+      }
+    }
+  return llvm::Error::success();
+}
+
+} // namespace ampc

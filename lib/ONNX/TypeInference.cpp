@@ -1,0 +1,171 @@
+//===- TypeInference.cpp - Result types from ONNX operator schemas --------===//
+
+#include "ampc/ONNX/TypeInference.h"
+
+#include "ampc/ONNX/ProtoConversion.h"
+#include "ampc/ONNX/Schemas.h"
+#include "ampc/Support/Error.h"
+
+#include "onnx/defs/schema.h"
+#include "onnx/defs/shape_inference.h"
+#include "onnx/shape_inference/implementation.h"
+
+#include <optional>
+
+namespace ampc {
+
+namespace {
+
+std::string label(const Node &n) {
+  return "node '" + n.displayName() + "' (" + n.qualifiedOpType() + ")";
+}
+
+/// A result type as far as the schema can tell: the element type, and the
+/// shape when it does not depend on operand data the node cannot see.
+struct PartialType {
+  DType dtype = DType::Undefined;
+  std::optional<Shape> shape;
+};
+
+llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n) {
+  registerAmpcSchemas();
+  const Graph &g = *n.graph();
+  int version = static_cast<int>(g.opsetVersion(n.domain()));
+  if (n.domain() == kAmpcDomain && version == 0)
+    version = 1;
+  const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(n.opType(), version, n.domain());
+  if (!schema)
+    return makeError(label(n) + ": no ONNX schema at opset " + std::to_string(version));
+
+  onnx::NodeProto proto;
+  proto.set_op_type(n.opType());
+  proto.set_domain(n.domain());
+  for (const auto &[name, a] : n.attributes())
+    attributeToProto(name, a, *proto.add_attribute());
+  std::vector<onnx::TypeProto> inTypes(n.numInputs());
+  std::vector<onnx::TensorProto> inData;
+  inData.reserve(n.numInputs());
+  std::unordered_map<std::string, onnx::TypeProto *> typesByName;
+  std::unordered_map<std::string, const onnx::TensorProto *> dataByName;
+  for (unsigned i = 0; i < n.numInputs(); ++i) {
+    const Value *v = n.input(i);
+    if (!v) {
+      proto.add_input("");
+      continue;
+    }
+    std::string key = "in" + std::to_string(i);
+    proto.add_input(key);
+    auto *tt = inTypes[i].mutable_tensor_type();
+    tt->set_elem_type(dtypeToOnnx(v->dtype()));
+    auto *shape = tt->mutable_shape();
+    for (int64_t d : v->shape())
+      shape->add_dim()->set_dim_value(d);
+    typesByName[key] = &inTypes[i];
+    const Tensor *data = v->data();
+    if (!data && v->producer() && v->producer()->is("Constant"))
+      data = v->producer()->getTensor("value");
+    if (data) {
+      inData.emplace_back();
+      tensorToProto(*data, key, inData.back());
+      dataByName[key] = &inData.back();
+    }
+  }
+  for (unsigned i = 0; i < n.numOutputs(); ++i)
+    proto.add_output(n.output(i) ? "out" + std::to_string(i) : "");
+
+  onnx::shape_inference::InferenceContextImpl ctx(proto, typesByName, dataByName, {});
+  try {
+    schema->GetTypeAndShapeInferenceFunction()(ctx);
+  } catch (const std::exception &e) {
+    std::string msg = e.what();
+    for (char &c : msg)
+      if (c == '\n')
+        c = ' ';
+    return makeError(label(n) + ": " + msg);
+  }
+  std::vector<PartialType> out(n.numOutputs());
+  for (unsigned i = 0; i < n.numOutputs(); ++i) {
+    const onnx::TypeProto *t = ctx.getOutputType(i);
+    if (!n.output(i) || !t->has_tensor_type())
+      continue;
+    out[i].dtype = dtypeFromOnnx(t->tensor_type().elem_type());
+    if (!t->tensor_type().has_shape())
+      continue;
+    Shape shape;
+    bool isStatic = true;
+    for (const auto &d : t->tensor_type().shape().dim()) {
+      isStatic = isStatic && d.has_dim_value();
+      shape.push_back(d.dim_value());
+    }
+    if (isStatic)
+      out[i].shape = std::move(shape);
+  }
+  return out;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n) {
+  auto partial = inferPartial(n);
+  if (!partial)
+    return partial.takeError();
+  std::vector<TensorType> out;
+  for (unsigned i = 0; i < n.numOutputs(); ++i) {
+    const PartialType &p = (*partial)[i];
+    if (!n.output(i)) {
+      out.emplace_back();
+      continue;
+    }
+    if (p.dtype == DType::Undefined || !p.shape)
+      return makeError(label(n) + ": the type of result " + std::to_string(i) +
+                       " cannot be inferred statically");
+    out.emplace_back(p.dtype, *p.shape);
+  }
+  return out;
+}
+
+llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,
+                                          const std::vector<Value *> &inputs,
+                                          std::map<std::string, Attribute> attrs,
+                                          std::string name, std::string domain,
+                                          unsigned numOutputs,
+                                          const std::vector<std::string> &outputNames) {
+  // Create with placeholder types, infer, then set the real ones.
+  std::vector<TensorType> placeholder(numOutputs, TensorType(DType::F32, {}));
+  Node *n = g.createNode(std::move(opType), inputs, placeholder, std::move(attrs),
+                         std::move(name), std::move(domain), outputNames);
+  auto types = inferNodeTypes(*n);
+  if (!types) {
+    for (unsigned i = 0; i < n->numInputs(); ++i)
+      n->setInput(i, nullptr);
+    g.eraseNode(n);
+    return types.takeError();
+  }
+  for (unsigned i = 0; i < numOutputs; ++i)
+    if (n->output(i))
+      n->output(i)->setType((*types)[i]);
+  return n;
+}
+
+llvm::Error verifyTypes(const Graph &g) {
+  for (const Node *n : g.nodes()) {
+    auto types = inferPartial(*n);
+    if (!types)
+      return types.takeError();
+    for (unsigned i = 0; i < n->numOutputs(); ++i) {
+      const Value *v = n->output(i);
+      const PartialType &p = (*types)[i];
+      if (!v)
+        continue;
+      bool dtypeOk = p.dtype == DType::Undefined || p.dtype == v->dtype();
+      bool shapeOk = !p.shape || *p.shape == v->shape();
+      if (!dtypeOk || !shapeOk)
+        return makeError(label(*n) + ": result '" + v->name() + "' is recorded as " +
+                         v->type().str() + " but the operator gives " +
+                         std::string(dtypeName(p.dtype)) + (p.shape ? shapeStr(*p.shape) : "[?]"));
+    }
+  }
+  return llvm::Error::success();
+}
+
+} // namespace ampc

@@ -1,0 +1,20 @@
+//===- Passes.cpp - Registration of every pass -----------------------------===//
+
+#include "ampc/Passes/Passes.h"
+
+#include <mutex>
+
+namespace ampc {
+
+void registerAllPasses() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    registerCanonicalizePass();
+    registerConstantFoldPass();
+    registerCSEPass();
+    registerDeadCodeEliminationPass();
+    registerSimplifyPass();
+  });
+}
+
+} // namespace ampc

@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -49,6 +50,10 @@ cl::opt<bool> printFullData("print-full-data",
                             cl::cat(kGeneral));
 cl::list<std::string> shapes("shape", cl::desc("Static shape of a graph input: NAME=d0,d1,..."),
                              cl::value_desc("NAME=dims"), cl::cat(kGeneral));
+cl::opt<bool> splitInputFile(
+    "split-input-file",
+    cl::desc("Split the ONNX text input at '# -----' lines and process each part on its own"),
+    cl::cat(kGeneral));
 cl::opt<int64_t> batch("batch", cl::desc("Bind the first dimension of every graph input"),
                        cl::value_desc("N"), cl::init(-1), cl::cat(kGeneral));
 
@@ -131,12 +136,14 @@ std::string reportText(const Graph &g, const PassContext &ctx) {
   return os.str();
 }
 
-llvm::Error emitResult(const Graph &g, const PassContext &ctx) {
+/// The text to write for a processed graph; empty for binary ONNX, which
+/// writeResult serializes itself.
+llvm::Expected<std::string> emitText(const Graph &g, const PassContext &ctx) {
   std::string kind = defaultEmit();
   if (kind == "onnx") {
-    if (outputFile == "-")
-      return makeError("--emit=onnx writes a binary file: give it with -o FILE");
-    return exportModel(g, outputFile, ModelFormat::Binary);
+    if (outputFile == "-" || splitInputFile)
+      return makeError("--emit=onnx writes one binary file: give it with -o FILE");
+    return std::string();
   }
   std::string text;
   if (kind == "onnxtxt") {
@@ -151,7 +158,43 @@ llvm::Error emitResult(const Graph &g, const PassContext &ctx) {
   } else {
     return makeError("unknown --emit kind '" + kind + "' (onnxtxt, onnx, report, dot)");
   }
+  return text;
+}
+
+llvm::Error writeResult(const Graph &g, const std::string &text) {
+  if (defaultEmit() == "onnx")
+    return exportModel(g, outputFile, ModelFormat::Binary);
   return writeFileAtomically(outputFile, text);
+}
+
+/// Verifies (with --verify-each), runs the passes and renders the result.
+llvm::Expected<std::string> process(Graph &g, PassManager &pm, const std::string &name) {
+  if (verifyEach)
+    if (auto err = verifyGraphAndTypes(g))
+      return withContext(std::move(err), name + ": verification after import");
+  PassContext ctx;
+  if (auto err = pm.run(g, ctx))
+    return withContext(std::move(err), name);
+  for (const std::string &remark : ctx.remarks)
+    llvm::WithColor::remark(llvm::errs(), "amp-opt") << remark << "\n";
+  return emitText(g, ctx);
+}
+
+/// Splits ONNX text at lines that start with "# -----".
+void splitParts(llvm::StringRef text, llvm::SmallVectorImpl<llvm::StringRef> &parts) {
+  size_t start = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == llvm::StringRef::npos)
+      eol = text.size();
+    if (text.substr(pos, eol - pos).startswith("# -----")) {
+      parts.push_back(text.slice(start, pos));
+      start = eol + 1;
+    }
+    pos = eol + 1;
+  }
+  if (start < text.size())
+    parts.push_back(text.substr(start));
 }
 
 } // namespace
@@ -186,20 +229,45 @@ int ampOptMain(int argc, char **argv) {
   if (auto err = buildPipeline(pm, passFlags))
     return fail(std::move(err));
 
-  auto graph = importModelFile(inputFile, *opts);
-  if (!graph)
-    return fail(graph.takeError());
-  if (verifyEach)
-    if (auto err = verifyGraphAndTypes(**graph))
-      return fail(withContext(std::move(err), inputFile + ": verification after import"));
-  PassContext ctx;
-  if (auto err = pm.run(**graph, ctx))
-    return fail(withContext(std::move(err), inputFile));
-  for (const std::string &remark : ctx.remarks)
-    llvm::WithColor::remark(llvm::errs(), "amp-opt") << remark << "\n";
-  if (auto err = emitResult(**graph, ctx))
+  if (!splitInputFile) {
+    auto graph = importModelFile(inputFile, *opts);
+    if (!graph)
+      return fail(graph.takeError());
+    auto text = process(**graph, pm, inputFile);
+    if (!text)
+      return fail(text.takeError());
+    if (auto err = writeResult(**graph, *text))
+      return fail(std::move(err));
+    return 0;
+  }
+
+  // --split-input-file: each part is its own model; errors are reported per
+  // part and the exit status says whether any failed.
+  auto buffer = inputFile == "-" ? llvm::MemoryBuffer::getSTDIN()
+                                 : llvm::MemoryBuffer::getFile(inputFile);
+  if (!buffer)
+    return fail(inputFile + ": cannot read the file: " + buffer.getError().message());
+  llvm::SmallVector<llvm::StringRef> parts;
+  splitParts((*buffer)->getBuffer(), parts);
+  std::string combined;
+  bool failed = false;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::string name = inputFile + ":part " + std::to_string(i + 1);
+    auto graph = importModelText(parts[i].str(), name, *opts);
+    llvm::Expected<std::string> text =
+        graph ? process(**graph, pm, name) : llvm::Expected<std::string>(graph.takeError());
+    if (!text) {
+      fail(text.takeError());
+      failed = true;
+      continue;
+    }
+    if (!combined.empty())
+      combined += "# -----\n";
+    combined += *text;
+  }
+  if (auto err = writeFileAtomically(outputFile, combined))
     return fail(std::move(err));
-  return 0;
+  return failed ? 1 : 0;
 }
 
 } // namespace ampc

@@ -78,7 +78,7 @@ void TextParser::skipSpace() {
     char c = text_[pos_];
     if (std::isspace(static_cast<unsigned char>(c))) {
       ++pos_;
-    } else if (c == '#') {
+    } else if (c == '#' || (c == '/' && pos_ + 1 < text_.size() && text_[pos_ + 1] == '/')) {
       while (pos_ < text_.size() && text_[pos_] != '\n')
         ++pos_;
     } else {

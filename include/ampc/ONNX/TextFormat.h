@@ -8,7 +8,7 @@
 //   - a node may be preceded by its name in brackets: [name] y = Op (x);
 //   - tensor literals of every element type ampc supports, fp16 and bf16
 //     included (written as decimal values);
-//   - '#' starts a comment that runs to the end of the line.
+//   - '#' or '//' starts a comment that runs to the end of the line.
 // Printing is done from the IR (ampc/IR/Printer.h).
 //
 //===----------------------------------------------------------------------===//

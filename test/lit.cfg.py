@@ -1,0 +1,26 @@
+# lit configuration of ampc's test suite: ONNX text in, FileCheck on what the
+# tools print. Each test file holds its own RUN lines.
+import os
+
+import lit.formats
+
+config.name = "ampc"
+config.test_format = lit.formats.ShTest(execute_external=True)
+config.suffixes = [".onnxtxt", ".test"]
+config.excludes = ["Inputs", "fixtures", "unit", "CMakeLists.txt", "lit.cfg.py",
+                   "lit.site.cfg.py.in"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.ampc_obj_root, "test")
+
+config.environment["PATH"] = os.pathsep.join(
+    [config.ampc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+# Tools print plain errors (no colour) so tests can match them.
+config.environment["TERM"] = "dumb"
+
+fixtures = os.path.join(config.ampc_src_root, "test", "fixtures")
+config.substitutions.append(("%fixtures", fixtures))
+config.substitutions.append(("%python", "/usr/bin/python3"))
+config.substitutions.append(("%scripts", os.path.join(config.ampc_src_root, "test", "scripts")))
+
+if config.ampc_have_cuda:
+    config.available_features.add("cuda-build")

@@ -1,0 +1,75 @@
+//===- GraphTest.cpp - IR construction, use lists, verifier ---------------===//
+
+#include "ampc/IR/Graph.h"
+#include "ampc/IR/Verifier.h"
+
+#include <gtest/gtest.h>
+
+using namespace ampc;
+
+namespace {
+TensorType f32(Shape s) { return TensorType(DType::F32, std::move(s)); }
+} // namespace
+
+/// Operands and use lists stay in sync through setInput and RAUW.
+TEST(Graph, UseLists) {
+  Graph g;
+  Value *x = g.addInput("x", f32({2}));
+  Node *a = g.createNode("Relu", {x}, {f32({2})});
+  Node *b = g.createNode("Add", {a->output(), x}, {f32({2})});
+  g.addOutput(b->output());
+  EXPECT_EQ(x->uses().size(), 2u);
+  EXPECT_EQ(a->output()->uses().size(), 1u);
+  a->output()->replaceAllUsesWith(x);
+  EXPECT_EQ(x->uses().size(), 3u - 1u + 1u);
+  EXPECT_TRUE(a->output()->isDead());
+  g.eraseNode(a);
+  EXPECT_FALSE(static_cast<bool>(verifyGraph(g)));
+  EXPECT_EQ(g.numNodes(), 1u);
+}
+
+/// Graph outputs are rewired by RAUW and counted.
+TEST(Graph, OutputsFollowReplacement) {
+  Graph g;
+  Value *x = g.addInput("x", f32({2}));
+  Node *a = g.createNode("Relu", {x}, {f32({2})});
+  g.addOutput(a->output());
+  Node *b = g.createNode("Neg", {x}, {f32({2})});
+  a->output()->replaceAllUsesWith(b->output());
+  EXPECT_EQ(g.outputs()[0], b->output());
+  EXPECT_TRUE(a->output()->isDead());
+  EXPECT_TRUE(b->output()->isGraphOutput());
+}
+
+/// Names are made unique; topologicalSort repairs an order and detects cycles.
+TEST(Graph, NamesAndOrder) {
+  Graph g;
+  Value *x = g.addInput("x", f32({2}));
+  Node *a = g.createNode("Relu", {x}, {f32({2})}, {}, "", "", {"y"});
+  Node *b = g.createNode("Relu", {x}, {f32({2})}, {}, "", "", {"y"});
+  EXPECT_EQ(a->output()->name(), "y");
+  EXPECT_EQ(b->output()->name(), "y_1");
+  Node *c = g.createNode("Add", {a->output(), b->output()}, {f32({2})});
+  g.addOutput(c->output());
+  g.moveBefore(c, a);
+  llvm::Error misordered = verifyGraph(g);
+  EXPECT_TRUE(static_cast<bool>(misordered));
+  llvm::consumeError(std::move(misordered));
+  EXPECT_TRUE(g.topologicalSort());
+  EXPECT_FALSE(static_cast<bool>(verifyGraph(g)));
+  EXPECT_EQ(g.nodes().back(), c);
+}
+
+/// A cycle is reported by the verifier and refused by topologicalSort.
+TEST(Graph, Cycle) {
+  Graph g;
+  Value *x = g.addInput("x", f32({2}));
+  Node *a = g.createNode("Add", {x, x}, {f32({2})});
+  Node *b = g.createNode("Relu", {a->output()}, {f32({2})});
+  a->setInput(1, b->output());
+  g.addOutput(b->output());
+  llvm::Error err = verifyGraph(g);
+  ASSERT_TRUE(static_cast<bool>(err));
+  EXPECT_NE(llvm::toString(std::move(err)).find("before it is defined"), std::string::npos);
+  EXPECT_FALSE(g.topologicalSort());
+}

@@ -59,11 +59,12 @@ def main():
     bindir = os.path.join(build, "bin")
     total = [0, 0, 0]
     suites = [("unit tests", lambda: gtest(os.path.join(bindir, "ampc-unittests"))),
-              ("ONNX node tests", lambda: gtest(os.path.join(bindir, "ampc-nodetests"))),
-              ("lit suite", lambda: lit(build))]
-    runtime_tests = os.path.join(bindir, "ampc-runtime-tests")
-    if os.path.exists(runtime_tests):
-        suites.insert(2, ("runtime tests", lambda: gtest(runtime_tests)))
+              ("ONNX node tests", lambda: gtest(os.path.join(bindir, "ampc-nodetests")))]
+    for extra in sorted(os.listdir(bindir)):
+        if extra.startswith("ampc-") and extra.endswith("-tests"):
+            path = os.path.join(bindir, extra)
+            suites.append((extra, lambda path=path: gtest(path)))
+    suites.append(("lit suite", lambda: lit(build)))
     for name, fn in suites:
         print("== %s" % name, flush=True)
         p, f, s = fn()

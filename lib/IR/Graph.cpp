@@ -249,6 +249,12 @@ Value *Graph::addInput(std::string name, TensorType type) {
   return v;
 }
 
+Value *Graph::addInputWithDefault(std::string name, Tensor defaultValue) {
+  Value *v = addInput(std::move(name), defaultValue.type());
+  v->setData(std::move(defaultValue));
+  return v;
+}
+
 Value *Graph::addInitializer(std::string name, Tensor data, bool constant) {
   Value *v = newValue(std::move(name), data.type(), Value::Kind::Initializer);
   v->setData(std::move(data));
@@ -453,6 +459,12 @@ std::map<std::string, std::string> metadataWithIRFacts(const Graph &g) {
     bindings += (bindings.empty() ? "" : ";") + b.state->name() + "=" + b.updated->name();
   if (!bindings.empty())
     md[kUpdateBindingKey] = bindings;
+  std::string defaults;
+  for (const Value *v : g.inputs())
+    if (v->hasDefault())
+      defaults += (defaults.empty() ? "" : ",") + v->name();
+  if (!defaults.empty())
+    md[kInputDefaultsKey] = defaults;
   return md;
 }
 
@@ -473,6 +485,7 @@ std::vector<std::string> splitOn(const std::string &s, char sep) {
 } // namespace
 
 std::string absorbIRFacts(Graph &g) {
+  g.metadata.erase(kInputDefaultsKey); // applied by the importer
   auto c = g.metadata.find(kConstantsKey);
   if (c != g.metadata.end()) {
     for (const std::string &name : splitOn(c->second, ',')) {

@@ -104,6 +104,10 @@ private:
     bool first = true;
     for (const Value *v : g_.inputs()) {
       os_ << (first ? "" : ", ") << typeStr(v->type()) << " " << quoteName(v->name());
+      if (v->hasDefault()) {
+        os_ << " = ";
+        printData(*v->data()); // defaults are small scalars: always in full
+      }
       first = false;
     }
     os_ << ") => (";

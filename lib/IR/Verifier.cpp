@@ -47,6 +47,9 @@ llvm::Error verifyGraph(const Graph &g) {
   for (const Value *v : g.inputs()) {
     if (!v->isGraphInput())
       return makeError("graph input '" + v->name() + "' is not marked as an input");
+    if (v->hasDefault() && v->data()->type() != v->type())
+      return makeError("graph input '" + v->name() + "' has a default of type " +
+                       v->data()->type().str() + " but is typed " + v->type().str());
     if (auto err = define(v))
       return err;
   }

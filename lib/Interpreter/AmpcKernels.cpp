@@ -1,7 +1,7 @@
 //===- AmpcKernels.cpp - Kernels of ampc's own operators -------------------===//
 //
 // The reference definition of every `ampc` operator (schemas in
-// lib/ONNX/AmpcOps.cpp).
+// lib/ONNX/*Ops.cpp), registered by area.
 //
 //===----------------------------------------------------------------------===//
 
@@ -9,6 +9,9 @@
 
 namespace ampc::interp {
 
-void registerAmpcKernels(KernelTable &t) { (void)t; }
+void registerAmpcKernels(KernelTable &t) {
+  registerGradientKernels(t);
+  registerTrainingKernels(t);
+}
 
 } // namespace ampc::interp

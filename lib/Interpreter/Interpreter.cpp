@@ -180,7 +180,7 @@ llvm::Expected<std::vector<Tensor>> Interpreter::run(const std::map<std::string,
     return it == feeds.end() ? nullptr : &it->second;
   };
   for (const Value *v : g_.inputs())
-    if (!lookupFeed(v))
+    if (!lookupFeed(v) && !v->hasDefault())
       return makeError("no feed for graph input '" + v->name() + "'");
 
   // Remaining uses per value, to free intermediates early.
@@ -193,7 +193,7 @@ llvm::Expected<std::vector<Tensor>> Interpreter::run(const std::map<std::string,
   auto valueTensor = [&](const Value *v) -> const Tensor * {
     if (const Tensor *t = lookupFeed(v))
       return t;
-    if (v->isInitializer())
+    if (v->isInitializer() || v->hasDefault())
       return v->data();
     auto it = env_.find(v);
     return it == env_.end() ? nullptr : &it->second;

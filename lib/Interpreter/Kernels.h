@@ -59,6 +59,8 @@ void registerReductionKernels(KernelTable &t);
 void registerNNKernels(KernelTable &t);
 void registerLossKernels(KernelTable &t);
 void registerAmpcKernels(KernelTable &t);
+void registerGradientKernels(KernelTable &t);
+void registerTrainingKernels(KernelTable &t);
 
 //===----------------------------------------------------------------------===//
 // Index helpers

@@ -1,9 +1,4 @@
-//===- AmpcOps.cpp - Schemas of ampc's operators ---------------------------===//
-//
-// One entry per operator. Gradient operators take the forward values they need
-// and produce gradients shaped like the forward inputs.
-//
-//===----------------------------------------------------------------------===//
+//===- AmpcOps.cpp - The ampc domain's schemas, gathered -------------------===//
 
 #include "AmpcOps.h"
 
@@ -11,32 +6,22 @@
 
 namespace ampc {
 
-namespace {
-
-using onnx::OpSchema;
-
-const std::vector<std::string> kFloatTypes = {"tensor(float)", "tensor(float16)",
-                                              "tensor(bfloat16)", "tensor(double)"};
-
-OpSchema makeSchema(const char *name, const char *doc) {
-  OpSchema s(name, __FILE__, __LINE__);
+onnx::OpSchema makeAmpcSchema(const char *name, const char *doc, const char *file, int line) {
+  onnx::OpSchema s(name, file, line);
   s.SetDomain(kAmpcDomainName).SinceVersion(1).SetDoc(doc);
   return s;
 }
 
-/// Result `out` has the type and shape of input `in`.
-void propagateFrom(onnx::InferenceContext &ctx, size_t in, size_t out) {
+void propagateTypeAndShape(onnx::InferenceContext &ctx, size_t in, size_t out) {
   onnx::propagateElemTypeFromInputToOutput(ctx, in, out);
   if (onnx::hasInputShape(ctx, in))
     onnx::propagateShapeFromInputToOutput(ctx, in, out);
 }
 
-} // namespace
-
-std::vector<OpSchema> ampcOpSchemas() {
-  std::vector<OpSchema> schemas;
-  (void)propagateFrom;
-  (void)kFloatTypes;
+std::vector<onnx::OpSchema> ampcOpSchemas() {
+  std::vector<onnx::OpSchema> schemas;
+  appendGradientSchemas(schemas);
+  appendTrainingSchemas(schemas);
   return schemas;
 }
 

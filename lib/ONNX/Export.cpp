@@ -76,8 +76,11 @@ void graphToModelProto(const Graph &g, onnx::ModelProto &model) {
   gp->set_name(g.name);
   for (const Value *v : g.initializers())
     tensorToProto(*v->data(), v->name(), *gp->add_initializer());
-  for (const Value *v : g.inputs())
+  for (const Value *v : g.inputs()) {
     addValueInfo(v, *gp->mutable_input());
+    if (v->hasDefault())
+      tensorToProto(*v->data(), v->name(), *gp->add_initializer());
+  }
   for (const Value *v : g.outputs())
     addValueInfo(v, *gp->mutable_output());
   for (const Node *n : g.nodes()) {

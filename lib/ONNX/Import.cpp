@@ -110,16 +110,41 @@ llvm::Error rejectSubgraphs(const onnx::GraphProto &graph) {
   return llvm::Error::success();
 }
 
-/// Graph inputs that are also initializers are parameters with a default
-/// value: ampc treats them as initializers.
-void dropInitializerInputs(onnx::GraphProto &graph) {
+/// Names listed in the model's ampc.input_defaults metadata entry.
+std::unordered_set<std::string> inputsWithDefaults(const onnx::ModelProto &model) {
+  std::unordered_set<std::string> names;
+  for (const auto &prop : model.metadata_props()) {
+    if (prop.key() != kInputDefaultsKey)
+      continue;
+    std::stringstream ss(prop.value());
+    std::string name;
+    while (std::getline(ss, name, ','))
+      names.insert(name);
+  }
+  return names;
+}
+
+/// Graph inputs that are also initializers are, in torch exports, parameters
+/// (keep_initializers_as_inputs): ampc treats them as initializers, except the
+/// inputs with defaults that ampc itself wrote (see kInputDefaultsKey), which
+/// are moved out of the initializer list into `defaults`.
+void splitInitializerInputs(onnx::ModelProto &model,
+                            std::unordered_map<std::string, onnx::TensorProto> &defaults) {
+  onnx::GraphProto &graph = *model.mutable_graph();
+  std::unordered_set<std::string> keep = inputsWithDefaults(model);
   std::unordered_set<std::string> inits;
   for (const auto &t : graph.initializer())
     inits.insert(t.name());
   auto *inputs = graph.mutable_input();
   for (int i = inputs->size() - 1; i >= 0; --i)
-    if (inits.count(inputs->Get(i).name()))
+    if (inits.count(inputs->Get(i).name()) && !keep.count(inputs->Get(i).name()))
       inputs->DeleteSubrange(i, 1);
+  auto *list = graph.mutable_initializer();
+  for (int i = list->size() - 1; i >= 0; --i)
+    if (keep.count(list->Get(i).name())) {
+      defaults[list->Get(i).name()] = list->Get(i);
+      list->DeleteSubrange(i, 1);
+    }
 }
 
 /// Reports undefined operands and cycles with the node at fault, then sorts
@@ -433,7 +458,8 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
     return fail(std::move(err));
   if (auto err = rejectSubgraphs(graph))
     return fail(std::move(err));
-  dropInitializerInputs(graph);
+  std::unordered_map<std::string, onnx::TensorProto> defaults;
+  splitInitializerInputs(model, defaults);
   if (auto err = checkStructure(graph))
     return fail(std::move(err));
   if (auto err = checkKnownOps(model))
@@ -447,6 +473,15 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
   auto g = buildGraph(model, baseDir);
   if (!g)
     return fail(g.takeError());
+  for (const auto &[name, proto] : defaults) {
+    Value *v = (*g)->findValue(name);
+    auto t = tensorFromProto(proto, baseDir);
+    if (!t)
+      return fail(withContext(t.takeError(), "default of input '" + name + "'"));
+    if (!v || !v->isGraphInput() || t->type() != v->type())
+      return fail(makeError("the default of input '" + name + "' does not match the input"));
+    v->setData(std::move(*t));
+  }
   return g;
 }
 

@@ -56,3 +56,21 @@ TEST(TextFormat, ErrorsHaveLocations) {
   std::string msg = llvm::toString(g.takeError());
   EXPECT_NE(msg.find("bad.onnxtxt: line 5"), std::string::npos) << msg;
 }
+
+/// A graph input with a default survives text and binary round trips, and the
+/// interpreter uses the default when the input is not fed.
+TEST(TextFormat, InputDefaults) {
+  auto g = parse(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2] x, float lr = {0.5}) => (float[2] y) { y = Mul (x, lr) })");
+  ASSERT_TRUE(g);
+  const Value *lr = g->findValue("lr");
+  ASSERT_TRUE(lr && lr->hasDefault());
+  EXPECT_EQ(lr->data()->getDouble(0), 0.5);
+  std::string text = printGraphToString(*g);
+  EXPECT_NE(text.find("float lr = {0.5}"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"ampc.input_defaults\" : \"lr\""), std::string::npos) << text;
+  auto g2 = parse(text);
+  ASSERT_TRUE(g2);
+  EXPECT_EQ(printGraphToString(*g2), text);
+  EXPECT_TRUE(g2->findValue("lr")->isGraphInput());
+}

@@ -102,8 +102,11 @@ public:
   bool isParameter() const { return kind_ == Kind::Initializer && !isConstant(); }
   void setConstant(bool c) { constant_ = c; }
 
-  /// Initializer data (nullptr for other kinds).
+  /// Initializer data, or a graph input's default value (nullptr otherwise).
   const Tensor *data() const { return data_.get(); }
+  /// A graph input that takes `data()` when it is not fed (ONNX: an
+  /// initializer that is also a graph input).
+  bool hasDefault() const { return kind_ == Kind::GraphInput && data_ != nullptr; }
   std::shared_ptr<const Tensor> sharedData() const { return data_; }
   void setData(Tensor t);
 
@@ -245,6 +248,8 @@ public:
 
   // Graph inputs, initializers and outputs.
   Value *addInput(std::string name, TensorType type);
+  /// A graph input with a default value (a scalar learning rate, a seed...).
+  Value *addInputWithDefault(std::string name, Tensor defaultValue);
   /// Adds an initializer; `constant` marks it as a constant, not a parameter.
   Value *addInitializer(std::string name, Tensor data, bool constant = false);
   void addOutput(Value *v);
@@ -334,6 +339,9 @@ private:
 /// the state bindings of a training step.
 inline constexpr const char *kConstantsKey = "ampc.constants";
 inline constexpr const char *kUpdateBindingKey = "ampc.update_binding";
+/// Graph inputs with defaults: ONNX writes them as initializers that are also
+/// inputs, which torch uses for parameters; this key tells ampc's own apart.
+inline constexpr const char *kInputDefaultsKey = "ampc.input_defaults";
 
 /// g.metadata plus the entries above, as written to a model.
 std::map<std::string, std::string> metadataWithIRFacts(const Graph &g);

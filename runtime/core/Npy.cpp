@@ -1,0 +1,476 @@
+//===- Npy.cpp - NumPy .npy and .npz files ---------------------------------===//
+
+#include "ampc/rt/Npy.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace ampc::rt {
+
+unsigned elemSize(ElemType t) {
+  switch (t) {
+  case ElemType::F64:
+  case ElemType::I64:
+    return 8;
+  case ElemType::F32:
+  case ElemType::I32:
+    return 4;
+  case ElemType::F16:
+  case ElemType::BF16:
+    return 2;
+  case ElemType::I8:
+  case ElemType::U8:
+  case ElemType::Bool:
+    return 1;
+  }
+  return 0;
+}
+
+const char *elemName(ElemType t) {
+  switch (t) {
+  case ElemType::F32:
+    return "float32";
+  case ElemType::F16:
+    return "float16";
+  case ElemType::BF16:
+    return "bfloat16";
+  case ElemType::F64:
+    return "float64";
+  case ElemType::I64:
+    return "int64";
+  case ElemType::I32:
+    return "int32";
+  case ElemType::I8:
+    return "int8";
+  case ElemType::U8:
+    return "uint8";
+  case ElemType::Bool:
+    return "bool";
+  }
+  return "?";
+}
+
+int64_t HostArray::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+namespace {
+
+template <typename T> T load(const uint8_t *p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+double halfToDouble(uint16_t h) {
+  int exp = (h >> 10) & 0x1F, frac = h & 0x3FF;
+  double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (exp == 0x1F)
+    return frac ? NAN : sign * INFINITY;
+  if (exp == 0)
+    return sign * std::ldexp(frac, -24);
+  return sign * std::ldexp(1024 + frac, exp - 25);
+}
+
+} // namespace
+
+double HostArray::at(int64_t i) const {
+  const uint8_t *p = bytes.data() + i * elemSize(type);
+  switch (type) {
+  case ElemType::F32:
+    return load<float>(p);
+  case ElemType::F64:
+    return load<double>(p);
+  case ElemType::F16:
+    return halfToDouble(load<uint16_t>(p));
+  case ElemType::BF16: {
+    uint32_t u = static_cast<uint32_t>(load<uint16_t>(p)) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  case ElemType::I64:
+    return static_cast<double>(load<int64_t>(p));
+  case ElemType::I32:
+    return load<int32_t>(p);
+  case ElemType::I8:
+    return load<int8_t>(p);
+  case ElemType::U8:
+  case ElemType::Bool:
+    return *p;
+  }
+  return 0;
+}
+
+//===----------------------------------------------------------------------===//
+// .npy
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+struct Descr {
+  const char *text;
+  ElemType type;
+};
+const Descr kDescrs[] = {{"<f4", ElemType::F32}, {"<f2", ElemType::F16}, {"<f8", ElemType::F64},
+                         {"<i8", ElemType::I64}, {"<i4", ElemType::I32}, {"|i1", ElemType::I8},
+                         {"|u1", ElemType::U8},  {"|b1", ElemType::Bool}, {"<u2", ElemType::BF16}};
+
+/// Extracts the quoted value of `key` or the raw text up to the next comma.
+bool headerField(const std::string &header, const std::string &key, std::string &value) {
+  size_t k = header.find("'" + key + "'");
+  if (k == std::string::npos)
+    return false;
+  size_t colon = header.find(':', k);
+  if (colon == std::string::npos)
+    return false;
+  size_t start = header.find_first_not_of(" ", colon + 1);
+  if (start == std::string::npos)
+    return false;
+  if (header[start] == '\'') {
+    size_t end = header.find('\'', start + 1);
+    value = header.substr(start + 1, end - start - 1);
+  } else if (header[start] == '(') {
+    size_t end = header.find(')', start);
+    value = header.substr(start + 1, end - start - 1);
+  } else {
+    size_t end = header.find_first_of(",}", start);
+    value = header.substr(start, end - start);
+  }
+  return true;
+}
+
+} // namespace
+
+bool parseNpy(const std::string &bytes, const std::string &what, HostArray &out,
+              std::string &error) {
+  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
+    error = what + ": not a .npy file";
+    return false;
+  }
+  uint8_t major = static_cast<uint8_t>(bytes[6]);
+  size_t headerLen, offset;
+  if (major == 1) {
+    headerLen = load<uint16_t>(reinterpret_cast<const uint8_t *>(bytes.data() + 8));
+    offset = 10;
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) {
+      error = what + ": truncated .npy header";
+      return false;
+    }
+    headerLen = load<uint32_t>(reinterpret_cast<const uint8_t *>(bytes.data() + 8));
+    offset = 12;
+  } else {
+    error = what + ": unsupported .npy version " + std::to_string(major);
+    return false;
+  }
+  if (offset + headerLen > bytes.size()) {
+    error = what + ": truncated .npy header";
+    return false;
+  }
+  std::string header = bytes.substr(offset, headerLen);
+  std::string descr, fortran, shape;
+  if (!headerField(header, "descr", descr) || !headerField(header, "fortran_order", fortran) ||
+      !headerField(header, "shape", shape)) {
+    error = what + ": malformed .npy header";
+    return false;
+  }
+  if (fortran.find("True") != std::string::npos) {
+    error = what + ": Fortran-ordered arrays are not supported";
+    return false;
+  }
+  bool known = false;
+  for (const Descr &d : kDescrs)
+    if (descr == d.text) {
+      out.type = d.type;
+      known = true;
+    }
+  if (!known) {
+    error = what + ": unsupported dtype '" + descr + "'";
+    return false;
+  }
+  out.shape.clear();
+  std::stringstream ss(shape);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t s = item.find_first_not_of(" ");
+    if (s == std::string::npos)
+      continue;
+    char *end = nullptr;
+    long long d = std::strtoll(item.c_str() + s, &end, 10);
+    if (d < 0) {
+      error = what + ": negative dimension";
+      return false;
+    }
+    out.shape.push_back(d);
+  }
+  size_t dataBytes = static_cast<size_t>(out.numElements()) * elemSize(out.type);
+  size_t start = offset + headerLen;
+  if (bytes.size() - start < dataBytes) {
+    error = what + ": truncated data (" + std::to_string(bytes.size() - start) + " of " +
+            std::to_string(dataBytes) + " bytes)";
+    return false;
+  }
+  out.bytes.assign(bytes.begin() + start, bytes.begin() + start + dataBytes);
+  return true;
+}
+
+namespace {
+bool readFile(const std::string &path, std::string &bytes, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot open the file";
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  bytes = ss.str();
+  return true;
+}
+} // namespace
+
+bool readNpy(const std::string &path, HostArray &out, std::string &error) {
+  std::string bytes;
+  return readFile(path, bytes, error) && parseNpy(bytes, path, out, error);
+}
+
+std::string npyBytes(const HostArray &a) {
+  const char *descr = "<f4";
+  for (const Descr &d : kDescrs)
+    if (d.type == a.type)
+      descr = d.text;
+  std::string shape = "(";
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : (i + 1 < a.shape.size() ? ", " : ""));
+  shape += ")";
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " +
+                       shape + ", }";
+  // Pad so that the data starts at a multiple of 64 bytes, ending with '\n'.
+  size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += static_cast<char>(1);
+  out += static_cast<char>(0);
+  uint16_t len = static_cast<uint16_t>(header.size());
+  out.append(reinterpret_cast<const char *>(&len), 2);
+  out += header;
+  out.append(reinterpret_cast<const char *>(a.bytes.data()), a.bytes.size());
+  return out;
+}
+
+bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f) {
+    error = path + ": cannot write (" + std::strerror(errno) + ")";
+    return false;
+  }
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = (std::fflush(f) == 0) && ok;
+  ok = (::fsync(fileno(f)) == 0) && ok;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = path + ": write failed (" + std::strerror(errno) + ")";
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool writeNpy(const std::string &path, const HostArray &a, std::string &error) {
+  return writeFileAtomic(path, npyBytes(a), error);
+}
+
+//===----------------------------------------------------------------------===//
+// .npz (zip)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+uint32_t u32(const std::string &b, size_t at) {
+  return load<uint32_t>(reinterpret_cast<const uint8_t *>(b.data() + at));
+}
+uint16_t u16(const std::string &b, size_t at) {
+  return load<uint16_t>(reinterpret_cast<const uint8_t *>(b.data() + at));
+}
+uint64_t u64(const std::string &b, size_t at) {
+  return load<uint64_t>(reinterpret_cast<const uint8_t *>(b.data() + at));
+}
+
+bool inflateRaw(const std::string &in, size_t size, std::string &out) {
+  out.assign(size, '\0');
+  z_stream zs{};
+  if (inflateInit2(&zs, -MAX_WBITS) != Z_OK)
+    return false;
+  zs.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(in.data()));
+  zs.avail_in = static_cast<uInt>(in.size());
+  zs.next_out = reinterpret_cast<Bytef *>(out.data());
+  zs.avail_out = static_cast<uInt>(size);
+  int rc = inflate(&zs, Z_FINISH);
+  inflateEnd(&zs);
+  return rc == Z_STREAM_END && zs.total_out == size;
+}
+
+} // namespace
+
+bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std::string &error) {
+  std::string b;
+  if (!readFile(path, b, error))
+    return false;
+  // End of central directory: scan back over a possible comment.
+  size_t eocd = std::string::npos;
+  if (b.size() >= 22)
+    for (size_t i = b.size() - 22 + 1; i-- > 0;)
+      if (u32(b, i) == 0x06054b50) {
+        eocd = i;
+        break;
+      }
+  if (eocd == std::string::npos) {
+    error = path + ": not an .npz (zip) archive";
+    return false;
+  }
+  uint64_t entries = u16(b, eocd + 10);
+  uint64_t cdOffset = u32(b, eocd + 16);
+  if (cdOffset == 0xFFFFFFFF || entries == 0xFFFF) {
+    // ZIP64: the locator sits right before the EOCD record.
+    if (eocd < 20 || u32(b, eocd - 20) != 0x07064b50) {
+      error = path + ": malformed ZIP64 archive";
+      return false;
+    }
+    uint64_t z64 = u64(b, eocd - 20 + 8);
+    if (z64 + 56 > b.size() || u32(b, z64) != 0x06064b50) {
+      error = path + ": malformed ZIP64 archive";
+      return false;
+    }
+    entries = u64(b, z64 + 32);
+    cdOffset = u64(b, z64 + 48);
+  }
+  size_t p = cdOffset;
+  for (uint64_t e = 0; e < entries; ++e) {
+    if (p + 46 > b.size() || u32(b, p) != 0x02014b50) {
+      error = path + ": malformed central directory";
+      return false;
+    }
+    uint16_t method = u16(b, p + 10);
+    uint64_t csize = u32(b, p + 20), usize = u32(b, p + 24);
+    uint16_t nameLen = u16(b, p + 28), extraLen = u16(b, p + 30), commentLen = u16(b, p + 32);
+    uint64_t local = u32(b, p + 42);
+    std::string name = b.substr(p + 46, nameLen);
+    // ZIP64 extra field: the 64-bit values of the fields that are 0xFFFFFFFF.
+    size_t x = p + 46 + nameLen, xend = x + extraLen;
+    while (x + 4 <= xend) {
+      uint16_t id = u16(b, x), len = u16(b, x + 2);
+      if (id == 0x0001) {
+        size_t q = x + 4;
+        if (usize == 0xFFFFFFFF) {
+          usize = u64(b, q);
+          q += 8;
+        }
+        if (csize == 0xFFFFFFFF) {
+          csize = u64(b, q);
+          q += 8;
+        }
+        if (local == 0xFFFFFFFF)
+          local = u64(b, q);
+      }
+      x += 4 + len;
+    }
+    p = xend + commentLen;
+    if (local + 30 > b.size() || u32(b, local) != 0x04034b50) {
+      error = path + ": malformed entry '" + name + "'";
+      return false;
+    }
+    size_t data = local + 30 + u16(b, local + 26) + u16(b, local + 28);
+    if (data + csize > b.size()) {
+      error = path + ": truncated entry '" + name + "'";
+      return false;
+    }
+    std::string raw = b.substr(data, csize), member;
+    if (method == 0) {
+      member = std::move(raw);
+    } else if (method == 8) {
+      if (!inflateRaw(raw, usize, member)) {
+        error = path + ": cannot inflate entry '" + name + "'";
+        return false;
+      }
+    } else {
+      error = path + ": entry '" + name + "' uses unsupported compression " + std::to_string(method);
+      return false;
+    }
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0)
+      name.resize(name.size() - 4);
+    HostArray a;
+    if (!parseNpy(member, path + ":" + name, a, error))
+      return false;
+    out[name] = std::move(a);
+  }
+  return true;
+}
+
+bool writeNpz(const std::string &path, const std::map<std::string, HostArray> &arrays,
+              std::string &error) {
+  std::string zip, central;
+  auto put16 = [](std::string &s, uint16_t v) { s.append(reinterpret_cast<const char *>(&v), 2); };
+  auto put32 = [](std::string &s, uint32_t v) { s.append(reinterpret_cast<const char *>(&v), 4); };
+  uint16_t count = 0;
+  for (const auto &[name, a] : arrays) {
+    std::string data = npyBytes(a), fname = name + ".npy";
+    uint32_t crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef *>(data.data()), static_cast<uInt>(data.size())));
+    uint32_t offset = static_cast<uint32_t>(zip.size());
+    put32(zip, 0x04034b50);
+    put16(zip, 20);
+    put16(zip, 0);
+    put16(zip, 0); // stored
+    put16(zip, 0);
+    put16(zip, 0x21);
+    put32(zip, crc);
+    put32(zip, static_cast<uint32_t>(data.size()));
+    put32(zip, static_cast<uint32_t>(data.size()));
+    put16(zip, static_cast<uint16_t>(fname.size()));
+    put16(zip, 0);
+    zip += fname + data;
+    put32(central, 0x02014b50);
+    put16(central, 20);
+    put16(central, 20);
+    put16(central, 0);
+    put16(central, 0);
+    put16(central, 0);
+    put16(central, 0x21);
+    put32(central, crc);
+    put32(central, static_cast<uint32_t>(data.size()));
+    put32(central, static_cast<uint32_t>(data.size()));
+    put16(central, static_cast<uint16_t>(fname.size()));
+    put16(central, 0);
+    put16(central, 0);
+    put16(central, 0);
+    put16(central, 0);
+    put32(central, 0);
+    put32(central, offset);
+    central += fname;
+    ++count;
+  }
+  uint32_t cdOffset = static_cast<uint32_t>(zip.size());
+  zip += central;
+  put32(zip, 0x06054b50);
+  put16(zip, 0);
+  put16(zip, 0);
+  put16(zip, count);
+  put16(zip, count);
+  put32(zip, static_cast<uint32_t>(central.size()));
+  put32(zip, cdOffset);
+  put16(zip, 0);
+  return writeFileAtomic(path, zip, error);
+}
+
+} // namespace ampc::rt

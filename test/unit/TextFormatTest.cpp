@@ -57,10 +57,16 @@ TEST(TextFormat, ErrorsHaveLocations) {
   EXPECT_NE(msg.find("bad.onnxtxt: line 5"), std::string::npos) << msg;
 }
 
-/// A graph input with a default survives text and binary round trips, and the
-/// interpreter uses the default when the input is not fed.
+/// An initializer that is also a graph input is a parameter (torch's
+/// keep_initializers_as_inputs), unless ampc.input_defaults lists it: then it
+/// is an input with a default, which survives a round trip.
 TEST(TextFormat, InputDefaults) {
-  auto g = parse(R"(<ir_version: 8, opset_import: ["" : 17]>
+  auto p = parse(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2] x, float w = {0.5}) => (float[2] y) { y = Mul (x, w) })");
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->findValue("w")->isParameter());
+  auto g = parse(R"(<ir_version: 8, opset_import: ["" : 17],
+  metadata_props: ["ampc.input_defaults" : "lr"]>
 g (float[2] x, float lr = {0.5}) => (float[2] y) { y = Mul (x, lr) })");
   ASSERT_TRUE(g);
   const Value *lr = g->findValue("lr");

@@ -57,6 +57,65 @@ cl::opt<bool> splitInputFile(
 cl::opt<int64_t> batch("batch", cl::desc("Bind the first dimension of every graph input"),
                        cl::value_desc("N"), cl::init(-1), cl::cat(kGeneral));
 
+cl::opt<std::string> precision(
+    "precision",
+    cl::desc("fp16 or bf16: run autocast here (fp32: no autocast). With --train it picks the "
+             "precision of the training step"),
+    cl::value_desc("fp32|fp16|bf16"), cl::init(""), cl::cat(kGeneral));
+
+/// Top-level flags that set an option of a pass wherever that pass runs (from
+/// its own flag, a pipeline string, --precision or --train), unless the pass's
+/// own option text sets it. Passes own the meaning; this table only routes.
+struct ForwardedFlag {
+  const char *flag;
+  const char *pass;
+  const char *option;
+  const char *help;
+};
+const ForwardedFlag kForwardedFlags[] = {
+    {"policy", "autocast", "policy", "Autocast policy file (see docs/precision-policy.md)"},
+    {"fp32-ops", "autocast", "fp32-ops", "Operators autocast keeps in fp32: A,B,..."},
+    {"lowp-ops", "autocast", "lowp-ops", "Operators autocast runs in low precision: A,B,..."},
+    {"fp32-nodes", "autocast", "fp32-nodes", "Nodes (by name) autocast keeps in fp32"},
+    {"lowp-nodes", "autocast", "lowp-nodes", "Nodes (by name) autocast runs in low precision"},
+    {"loss", "autodiff", "loss", "The loss to differentiate (a scalar float graph output)"},
+    {"params", "autodiff", "params", "Parameters to train: all, or n1,n2,..."},
+    {"freeze", "autodiff", "freeze", "Parameters not to train: n1,n2,..."},
+};
+
+/// The cl::opt objects of kForwardedFlags, created in ampOptMain.
+std::vector<std::unique_ptr<cl::opt<std::string>>> &forwardedOpts() {
+  static std::vector<std::unique_ptr<cl::opt<std::string>>> opts;
+  return opts;
+}
+
+/// `options` (a pass's own option text) plus the forwarded flags for `pass`
+/// that the text does not set.
+std::string withForwardedOptions(llvm::StringRef pass, llvm::StringRef options) {
+  const PassInfo *info = PassRegistry::lookup(pass);
+  std::string out = options.trim().str();
+  // A bare value sets the pass's main option: spell it out before appending.
+  if (info && !out.empty() && !llvm::StringRef(out).contains('=') && !info->mainOption.empty())
+    out = info->mainOption + "=" + out;
+  for (size_t i = 0; i < std::size(kForwardedFlags); ++i) {
+    const ForwardedFlag &f = kForwardedFlags[i];
+    const cl::opt<std::string> &opt = *forwardedOpts()[i];
+    if (pass != f.pass || !opt.getNumOccurrences())
+      continue;
+    if (!info || std::none_of(info->options.begin(), info->options.end(),
+                              [&](const OptionSpec &s) { return s.name == f.option; }))
+      continue; // the pass does not (yet) take this option
+    if (llvm::StringRef(" " + out).contains(" " + std::string(f.option) + "=") ||
+        llvm::StringRef("," + out).contains("," + std::string(f.option) + "="))
+      continue;
+    std::string value = opt;
+    if (llvm::StringRef(value).contains(','))
+      value = "[" + value + "]";
+    out += (out.empty() ? "" : " ") + std::string(f.option) + "=" + value;
+  }
+  return out;
+}
+
 int fail(const llvm::Twine &msg) {
   llvm::WithColor::error(llvm::errs(), "amp-opt") << msg << "\n";
   return 1;
@@ -98,11 +157,18 @@ llvm::Error buildPipeline(PassManager &pm,
       items.push_back({flag->getPosition(i), flag->ArgStr.str(), (*flag)[i]});
   for (unsigned i = 0; i < pipelines.size(); ++i)
     items.push_back({pipelines.getPosition(i), "", pipelines[i]});
+  if (precision.getNumOccurrences()) {
+    if (precision != "fp32" && precision != "fp16" && precision != "bf16")
+      return makeError("--precision must be fp32, fp16 or bf16, got '" + precision + "'");
+    if (precision != "fp32")
+      items.push_back({precision.getPosition(), "autocast", "dtype=" + precision});
+  }
   std::sort(items.begin(), items.end(),
             [](const PipelineItem &a, const PipelineItem &b) { return a.position < b.position; });
   for (const PipelineItem &item : items) {
-    llvm::Error err = item.pass.empty() ? pm.addPipeline(item.argument)
-                                        : pm.addPass(item.pass, item.argument);
+    llvm::Error err = item.pass.empty()
+                          ? pm.addPipeline(item.argument, withForwardedOptions)
+                          : pm.addPass(item.pass, withForwardedOptions(item.pass, item.argument));
     if (err)
       return err;
   }
@@ -213,6 +279,9 @@ int ampOptMain(int argc, char **argv) {
         llvm::StringRef(info->name), cl::desc(descriptions.back()), cl::ValueOptional,
         cl::ZeroOrMore, cl::cat(kPasses)));
   }
+  for (const ForwardedFlag &f : kForwardedFlags)
+    forwardedOpts().push_back(std::make_unique<cl::opt<std::string>>(
+        llvm::StringRef(f.flag), cl::desc(f.help), cl::value_desc("value"), cl::cat(kGeneral)));
   cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "amp-opt (ampc) 0.1.0\n"; });
   cl::HideUnrelatedOptions({&kGeneral, &kPasses});
   cl::ParseCommandLineOptions(argc, argv,

@@ -192,7 +192,9 @@ llvm::Error PassManager::addPass(llvm::StringRef name, llvm::StringRef options) 
   return llvm::Error::success();
 }
 
-llvm::Error PassManager::addPipeline(llvm::StringRef pipeline) {
+llvm::Error PassManager::addPipeline(
+    llvm::StringRef pipeline,
+    const std::function<std::string(llvm::StringRef, llvm::StringRef)> &rewrite) {
   size_t i = 0;
   while (i < pipeline.size()) {
     while (i < pipeline.size() && (pipeline[i] == ',' || pipeline[i] == ' '))
@@ -213,7 +215,8 @@ llvm::Error PassManager::addPipeline(llvm::StringRef pipeline) {
     }
     if (name.empty())
       return makeError("pass pipeline: empty pass name in '" + pipeline + "'");
-    if (auto err = addPass(name, options))
+    std::string text = rewrite ? rewrite(name, options) : options.str();
+    if (auto err = addPass(name, text))
       return err;
   }
   return llvm::Error::success();

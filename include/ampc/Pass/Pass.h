@@ -124,8 +124,11 @@ public:
   void addPass(std::unique_ptr<Pass> pass) { passes_.push_back(std::move(pass)); }
   /// Adds a registered pass by name with textual options.
   llvm::Error addPass(llvm::StringRef name, llvm::StringRef options = "");
-  /// Parses "p1,p2{opt=v,opt2=w}" and appends its passes.
-  llvm::Error addPipeline(llvm::StringRef pipeline);
+  /// Parses "p1,p2{opt=v,opt2=w}" and appends its passes. `rewrite`, when
+  /// given, may amend each pass's option text (the driver adds forwarded flags).
+  llvm::Error addPipeline(
+      llvm::StringRef pipeline,
+      const std::function<std::string(llvm::StringRef, llvm::StringRef)> &rewrite = nullptr);
 
   bool verifyEach = false;
   /// When set, the graph is printed here after every pass.

@@ -5,6 +5,8 @@
 #include "ampc/IR/Dot.h"
 #include "ampc/IR/Printer.h"
 #include "ampc/IR/Verifier.h"
+#include "ampc/Lower/Lower.h"
+#include "plan.pb.h"
 #include "ampc/ONNX/Export.h"
 #include "ampc/ONNX/Import.h"
 #include "ampc/Pass/Pass.h"
@@ -35,7 +37,8 @@ cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.onnx | model.onn
 cl::opt<std::string> outputFile("o", cl::desc("Output file (default: stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(kGeneral));
 cl::opt<std::string> emit("emit",
-                          cl::desc("What to write: onnxtxt (default), onnx, report, dot"),
+                          cl::desc("What to write: onnxtxt (default), onnx, report, dot, plan, "
+                                   "plan-text"),
                           cl::value_desc("kind"), cl::init(""), cl::cat(kGeneral));
 cl::list<std::string> pipelines("pass-pipeline",
                                 cl::desc("A pass pipeline, e.g. 'canonicalize,cse'"),
@@ -178,6 +181,8 @@ llvm::Error buildPipeline(PassManager &pm,
 std::string defaultEmit() {
   if (!emit.empty())
     return emit;
+  if (llvm::StringRef(outputFile).endswith(".plan"))
+    return "plan";
   return llvm::StringRef(outputFile).endswith(".onnx") ? "onnx" : "onnxtxt";
 }
 
@@ -202,6 +207,42 @@ std::string reportText(const Graph &g, const PassContext &ctx) {
   return os.str();
 }
 
+bool emitsPlan() { return defaultEmit() == "plan" || defaultEmit() == "plan-text"; }
+
+/// What the plan needs from the model as imported, before any pass runs.
+struct ImportedModel {
+  std::vector<std::string> parameters;
+  std::string bytes;
+};
+
+llvm::Expected<ImportedModel> snapshotImport(const Graph &g) {
+  ImportedModel m;
+  for (const Value *v : g.initializers())
+    if (v->isParameter())
+      m.parameters.push_back(v->name());
+  auto bytes = serializeModel(g, ModelFormat::Binary);
+  if (!bytes)
+    return bytes.takeError();
+  m.bytes = std::move(*bytes);
+  return m;
+}
+
+llvm::Expected<std::string> emitPlan(const Graph &g, const ImportedModel &imported) {
+  LowerOptions opts;
+  opts.modelParameters = imported.parameters;
+  opts.originalModel = imported.bytes;
+  opts.info.push_back({"precision", precision.empty() ? "fp32" : precision.getValue()});
+  auto p = lowerToPlan(g, opts);
+  if (!p)
+    return p.takeError();
+  if (defaultEmit() == "plan")
+    return serializePlanFile(*p);
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  printPlanText(*p, os);
+  return os.str();
+}
+
 /// The text to write for a processed graph; empty for binary ONNX, which
 /// writeResult serializes itself.
 llvm::Expected<std::string> emitText(const Graph &g, const PassContext &ctx) {
@@ -222,12 +263,15 @@ llvm::Expected<std::string> emitText(const Graph &g, const PassContext &ctx) {
   } else if (kind == "dot") {
     text = printDotToString(g, ctx.dotColors);
   } else {
-    return makeError("unknown --emit kind '" + kind + "' (onnxtxt, onnx, report, dot)");
+    return makeError("unknown --emit kind '" + kind +
+                     "' (onnxtxt, onnx, report, dot, plan, plan-text)");
   }
   return text;
 }
 
 llvm::Error writeResult(const Graph &g, const std::string &text) {
+  if (defaultEmit() == "plan" && outputFile == "-")
+    return makeError("--emit=plan writes a binary file: give it with -o FILE");
   if (defaultEmit() == "onnx")
     return exportModel(g, outputFile, ModelFormat::Binary);
   return writeFileAtomically(outputFile, text);
@@ -238,11 +282,22 @@ llvm::Expected<std::string> process(Graph &g, PassManager &pm, const std::string
   if (verifyEach)
     if (auto err = verifyGraphAndTypes(g))
       return withContext(std::move(err), name + ": verification after import");
+  ImportedModel imported;
+  if (emitsPlan()) {
+    auto snapshot = snapshotImport(g);
+    if (!snapshot)
+      return withContext(snapshot.takeError(), name);
+    imported = std::move(*snapshot);
+  }
   PassContext ctx;
   if (auto err = pm.run(g, ctx))
     return withContext(std::move(err), name);
   for (const std::string &remark : ctx.remarks)
     llvm::WithColor::remark(llvm::errs(), "amp-opt") << remark << "\n";
+  if (emitsPlan()) {
+    auto text = emitPlan(g, imported);
+    return text ? std::move(text) : withContext(text.takeError(), name);
+  }
   return emitText(g, ctx);
 }
 

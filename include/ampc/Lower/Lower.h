@@ -1,0 +1,48 @@
+//===- Lower.h - Lowering a graph to an executable plan ---------*- C++ -*-===//
+//
+// The last step of the compiler: every value gets a tensor (arena, state or
+// constant storage), every node a step (chains of elementwise nodes become one
+// fused step), and the memory planner places all arena tensors by liveness.
+// The plan format belongs to the runtime (runtime/plan/plan.proto).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ampc/IR/Graph.h"
+
+#include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <string>
+#include <vector>
+
+namespace ampc {
+
+namespace plan {
+class Plan;
+}
+
+struct LowerOptions {
+  /// Fuse chains of elementwise nodes into single steps.
+  bool fuseElementwise = true;
+  /// Initializer names of the model as imported: the state tensors that are
+  /// model parameters (exported back to ONNX, dumped by --dump-params).
+  std::vector<std::string> modelParameters;
+  /// The imported model, serialized, so the runtime can export trained weights.
+  std::string originalModel;
+  /// Shown by plan-text and amp-run (precision, optimizer...).
+  std::vector<std::pair<std::string, std::string>> info;
+};
+
+/// Lowers a graph (typically a training step) to a plan.
+llvm::Expected<plan::Plan> lowerToPlan(const Graph &g, const LowerOptions &opts = {});
+
+/// Human-readable plan: programs, steps, launches and the memory summary line
+/// "arena: A bytes, lower bound L bytes (peak live), unplanned N bytes (sum of
+/// all buffers)".
+void printPlanText(const plan::Plan &p, llvm::raw_ostream &os);
+
+/// Serializes a plan with the runtime's file header.
+llvm::Expected<std::string> serializePlanFile(const plan::Plan &p);
+
+} // namespace ampc

@@ -1,0 +1,28 @@
+//===- Fusion.h - Grouping elementwise nodes into fused steps ---*- C++ -*-===//
+#pragma once
+
+#include "ampc/IR/Graph.h"
+
+#include <unordered_map>
+#include <vector>
+
+namespace ampc {
+
+/// Nodes that run as one fused elementwise step, in graph order. The group is
+/// executed at the position of its last node.
+struct FusionGroup {
+  std::vector<const Node *> nodes;
+};
+
+/// True if the node can be an instruction of a fused step (see
+/// ampc/rt/FusedOps.h): an elementwise operator on float or bool values.
+bool isFusableElementwise(const Node &n);
+
+/// Groups elementwise nodes greedily in graph order: a node joins the group of
+/// one of its producers when the result shapes agree and no value of the group
+/// is needed by an unfused node placed before it. Every fusable node belongs
+/// to exactly one group (possibly of one node).
+std::vector<FusionGroup> findFusionGroups(const Graph &g, bool fuse, size_t maxNodes = 48,
+                                          size_t maxInputs = 12);
+
+} // namespace ampc

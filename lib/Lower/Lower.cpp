@@ -1,0 +1,471 @@
+//===- Lower.cpp - Lowering a graph to an executable plan ------------------===//
+
+#include "ampc/Lower/Lower.h"
+
+#include "Fusion.h"
+#include "MemoryPlanner.h"
+
+#include "ampc/Support/Error.h"
+#include "ampc/rt/FusedOps.h"
+#include "ampc/rt/PlanFile.h"
+
+#include "plan.pb.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace ampc {
+
+namespace {
+
+plan::ElemType planType(DType d) {
+  switch (d) {
+  case DType::F32:
+    return plan::F32;
+  case DType::F16:
+    return plan::F16;
+  case DType::BF16:
+    return plan::BF16;
+  case DType::F64:
+    return plan::F64;
+  case DType::I64:
+    return plan::I64;
+  case DType::I32:
+    return plan::I32;
+  case DType::I8:
+    return plan::I8;
+  case DType::U8:
+    return plan::U8;
+  case DType::Bool:
+    return plan::BOOL;
+  case DType::Undefined:
+    break;
+  }
+  return plan::F32;
+}
+
+/// Nodes whose result is their first operand's bytes under another shape.
+bool isView(const Node &n) {
+  if (!(n.is("Reshape") || n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") ||
+        n.is("Identity")))
+    return false;
+  return n.numOutputs() == 1 && n.output() && n.input(0) &&
+         n.input(0)->type().byteSize() == n.output()->type().byteSize() &&
+         n.input(0)->dtype() == n.output()->dtype();
+}
+
+class Lowering {
+public:
+  Lowering(const Graph &g, const LowerOptions &opts) : g_(g), opts_(opts) {}
+
+  llvm::Expected<plan::Plan> run() {
+    p_.set_version(rt::kPlanVersion);
+    p_.set_producer("amp-opt (ampc) 0.1.0");
+    for (const auto &[k, v] : opts_.info)
+      (*p_.mutable_info())[k] = v;
+    p_.set_original_model(opts_.originalModel);
+    for (const StateBinding &b : g_.stateBindings) {
+      stateOf_[b.state] = b.updated;
+      updatedStates_.insert(b.updated);
+    }
+    createValueTensors();
+    plan::Program &prog = *p_.add_programs();
+    prog.set_name("step");
+    if (auto err = emitSteps(prog))
+      return std::move(err);
+    bindInputsAndOutputs(prog);
+    makeUpdatesInPlace(prog);
+    planArena(prog);
+    addParameters();
+    prog.set_launches(prog.steps_size());
+    return std::move(p_);
+  }
+
+private:
+  int addTensor(const std::string &name, const TensorType &type, plan::Storage storage) {
+    plan::Tensor &t = *p_.add_tensors();
+    t.set_name(name);
+    t.set_type(planType(type.dtype));
+    for (int64_t d : type.shape)
+      t.add_shape(d);
+    t.set_storage(storage);
+    return p_.tensors_size() - 1;
+  }
+
+  static void setData(plan::Tensor &t, const Tensor &data) {
+    t.set_data(std::string(reinterpret_cast<const char *>(data.data()), data.byteSize()));
+  }
+
+  /// The tensor a view ultimately refers to.
+  int rootOf(int id) const {
+    const plan::Tensor &t = p_.tensors(id);
+    return t.has_view_of() ? t.view_of() : id;
+  }
+
+  void makeView(int id, int base) {
+    base = rootOf(base);
+    plan::Tensor &t = *p_.mutable_tensors(id);
+    t.set_view_of(base);
+    t.set_storage(p_.tensors(base).storage());
+    t.set_offset(0);
+    t.clear_data();
+  }
+
+  void createValueTensors() {
+    for (const Value *v : g_.initializers()) {
+      bool state = stateOf_.count(v);
+      int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::CONSTANT);
+      setData(*p_.mutable_tensors(id), *v->data());
+      tensorOf_[v] = id;
+    }
+    for (const Value *v : g_.inputs()) {
+      bool state = stateOf_.count(v);
+      int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::ARENA);
+      if (state)
+        setData(*p_.mutable_tensors(id), v->hasDefault() ? *v->data() : Tensor(v->type()));
+      tensorOf_[v] = id;
+    }
+    for (const Node *n : g_.nodes())
+      for (const Value *v : n->outputs()) {
+        if (!v)
+          continue;
+        tensorOf_[v] = addTensor(v->name(), v->type(), plan::ARENA);
+        if (isView(*n))
+          makeView(tensorOf_[v], tensorOf_.at(n->input(0)));
+      }
+  }
+
+  int tensorOf(const Value *v) const { return v ? tensorOf_.at(v) : -1; }
+
+  /// Copies node attributes; tensor-valued ones become constant tensors.
+  void addAttributes(const Node &n, google::protobuf::RepeatedPtrField<plan::Attribute> &out) {
+    for (const auto &[name, a] : n.attributes()) {
+      plan::Attribute &pa = *out.Add();
+      pa.set_name(name);
+      switch (a.kind) {
+      case Attribute::Kind::Float:
+        pa.set_f(a.f);
+        break;
+      case Attribute::Kind::Int:
+        pa.set_i(a.i);
+        break;
+      case Attribute::Kind::String:
+        pa.set_s(a.s);
+        break;
+      case Attribute::Kind::Ints:
+        for (int64_t i : a.ints)
+          pa.mutable_ints()->add_values(i);
+        break;
+      case Attribute::Kind::Floats:
+        for (double f : a.floats)
+          pa.mutable_floats()->add_values(f);
+        break;
+      case Attribute::Kind::Tensor: {
+        int id = addTensor(n.displayName() + "." + name, a.t->type(), plan::CONSTANT);
+        setData(*p_.mutable_tensors(id), *a.t);
+        pa.set_tensor(id);
+        break;
+      }
+      case Attribute::Kind::Strings:
+        pa.set_s(a.strings.empty() ? "" : a.strings.front());
+        break;
+      }
+    }
+  }
+
+  llvm::Error emitSteps(plan::Program &prog) {
+    std::vector<FusionGroup> groups = findFusionGroups(g_, opts_.fuseElementwise);
+    std::unordered_map<const Node *, size_t> groupOf;
+    for (size_t i = 0; i < groups.size(); ++i)
+      for (const Node *n : groups[i].nodes)
+        groupOf[n] = i;
+    for (const Node *n : g_.nodes()) {
+      if (isView(*n))
+        continue;
+      auto it = groupOf.find(n);
+      if (it == groupOf.end()) {
+        emitNode(prog, *n);
+        continue;
+      }
+      if (groups[it->second].nodes.back() == n)
+        emitGroup(prog, groups[it->second]);
+    }
+    return llvm::Error::success();
+  }
+
+  void noteStep(plan::Program &prog, const std::vector<const Value *> &defined) {
+    int index = prog.steps_size() - 1;
+    for (const Value *v : defined)
+      stepOf_[v] = index;
+  }
+
+  void emitNode(plan::Program &prog, const Node &n) {
+    plan::Step &s = *prog.add_steps();
+    s.set_op(n.qualifiedOpType());
+    s.set_name(n.displayName());
+    for (const Value *v : n.inputs())
+      s.add_inputs(tensorOf(v));
+    std::vector<const Value *> defined;
+    for (const Value *v : n.outputs()) {
+      s.add_outputs(tensorOf(v));
+      if (v)
+        defined.push_back(v);
+    }
+    addAttributes(n, *s.mutable_attrs());
+    noteStep(prog, defined);
+  }
+
+  int constantScalar(DType dtype, double value) {
+    int id = addTensor("fused.constant", TensorType(dtype, {}), plan::CONSTANT);
+    setData(*p_.mutable_tensors(id), Tensor::scalar(dtype, value));
+    return id;
+  }
+
+  void emitGroup(plan::Program &prog, const FusionGroup &grp) {
+    std::unordered_set<const Value *> inside;
+    for (const Node *n : grp.nodes)
+      inside.insert(n->output());
+    std::unordered_set<const Node *> members(grp.nodes.begin(), grp.nodes.end());
+
+    plan::Step &s = *prog.add_steps();
+    s.set_op("ampc.Fused");
+    plan::FusedProgram &fp = *s.mutable_fused();
+    std::map<const Value *, int> reg;
+    std::vector<int> inputTensors;
+    auto inputReg = [&](const Value *v) {
+      auto it = reg.find(v);
+      if (it != reg.end())
+        return it->second;
+      inputTensors.push_back(tensorOf(v));
+      return reg[v] = static_cast<int>(inputTensors.size()) - 1;
+    };
+    for (const Node *n : grp.nodes)
+      for (const Value *v : n->inputs())
+        if (v && !inside.count(v))
+          inputReg(v);
+    // Constants the lowering adds (Mean's 1/n) are inputs too.
+    std::vector<std::pair<const Node *, int>> meanScales;
+    for (const Node *n : grp.nodes)
+      if (n->is("Mean")) {
+        inputTensors.push_back(constantScalar(n->output()->dtype(), 1.0 / n->numInputs()));
+        meanScales.push_back({n, static_cast<int>(inputTensors.size()) - 1});
+      }
+    int next = static_cast<int>(inputTensors.size());
+    fp.set_num_inputs(next);
+    std::string names;
+    for (const Node *n : grp.nodes) {
+      names += (names.empty() ? "" : ",") + n->opType();
+      plan::ElemType type = planType(n->output()->dtype());
+      auto instr = [&](const std::string &op, std::vector<int> args) {
+        plan::Instruction &in = *fp.add_instructions();
+        in.set_op(op);
+        for (int a : args)
+          in.add_args(a);
+        in.set_type(type);
+        return next++;
+      };
+      if (n->is("Sum") || n->is("Mean")) {
+        int acc = reg.at(n->input(0));
+        for (unsigned i = 1; i < n->numInputs(); ++i)
+          acc = instr("Add", {acc, reg.at(n->input(i))});
+        if (n->is("Mean"))
+          for (const auto &[node, r] : meanScales)
+            if (node == n)
+              acc = instr("Mul", {acc, r});
+        if (n->numInputs() == 1)
+          acc = instr("Identity", {acc});
+        reg[n->output()] = acc;
+        continue;
+      }
+      std::vector<int> args;
+      for (const Value *v : n->inputs())
+        if (v)
+          args.push_back(reg.at(v));
+      int r = instr(n->qualifiedOpType(), args);
+      plan::Instruction &in = *fp.mutable_instructions(fp.instructions_size() - 1);
+      addAttributes(*n, *in.mutable_attrs());
+      if (n->is("Clip")) {
+        plan::Attribute &lo = *in.add_attrs();
+        lo.set_name("has_min");
+        lo.set_i(n->input(1) != nullptr);
+        plan::Attribute &hi = *in.add_attrs();
+        hi.set_name("has_max");
+        hi.set_i(n->input(2) != nullptr);
+      }
+      reg[n->output()] = r;
+    }
+    for (int t : inputTensors)
+      s.add_inputs(t);
+    std::vector<const Value *> defined;
+    for (const Node *n : grp.nodes) {
+      const Value *v = n->output();
+      bool usedOutside = v->isGraphOutput() || updatedStates_.count(v);
+      for (const Use &u : v->uses())
+        usedOutside = usedOutside || !members.count(u.user);
+      if (!usedOutside)
+        continue;
+      s.add_outputs(tensorOf(v));
+      fp.add_results(reg.at(v));
+      defined.push_back(v);
+    }
+    s.set_name(grp.nodes.back()->displayName());
+    noteStep(prog, defined);
+    // Values computed inside the group and never stored need no storage.
+    for (const Node *n : grp.nodes)
+      if (std::find(defined.begin(), defined.end(), n->output()) == defined.end())
+        p_.mutable_tensors(tensorOf(n->output()))->set_storage(plan::VIRTUAL);
+  }
+
+  void bindInputsAndOutputs(plan::Program &prog) {
+    for (const Value *v : g_.inputs()) {
+      if (stateOf_.count(v))
+        continue;
+      plan::Binding &b = *prog.add_inputs();
+      b.set_name(v->name());
+      b.set_tensor(tensorOf(v));
+      if (v->hasDefault()) {
+        b.set_has_default(true);
+        b.set_default_data(std::string(reinterpret_cast<const char *>(v->data()->data()),
+                                       v->data()->byteSize()));
+      }
+    }
+    std::set<const Value *> seen;
+    for (const Value *v : g_.outputs()) {
+      if (updatedStates_.count(v) || !seen.insert(v).second)
+        continue;
+      plan::Binding &b = *prog.add_outputs();
+      b.set_name(v->name());
+      b.set_tensor(tensorOf(v));
+    }
+    for (const StateBinding &sb : g_.stateBindings) {
+      plan::StateUpdate &u = *prog.add_updates();
+      u.set_state(tensorOf(sb.state));
+      u.set_updated(tensorOf(sb.updated));
+    }
+  }
+
+  /// The step index after which no step reads tensor `root` (or a view of it).
+  std::unordered_map<int, int> lastReads(const plan::Program &prog) const {
+    std::unordered_map<int, int> last;
+    for (int s = 0; s < prog.steps_size(); ++s)
+      for (int id : prog.steps(s).inputs())
+        if (id >= 0)
+          last[rootOf(id)] = s;
+    return last;
+  }
+
+  /// An update computed by a fused step after the last read of its state is
+  /// written straight into the state: no copy, no arena buffer.
+  void makeUpdatesInPlace(plan::Program &prog) {
+    auto last = lastReads(prog);
+    std::unordered_set<int> used;
+    for (const StateBinding &sb : g_.stateBindings) {
+      auto step = stepOf_.find(sb.updated);
+      if (step == stepOf_.end() || prog.steps(step->second).op() != "ampc.Fused")
+        continue;
+      int state = tensorOf(sb.state), updated = tensorOf(sb.updated);
+      if (p_.tensors(updated).has_view_of() || sb.updated->isGraphInput() || used.count(state))
+        continue;
+      auto lastRead = last.find(state);
+      if (lastRead != last.end() && lastRead->second > step->second)
+        continue;
+      // Views of the updated value would now alias the state too.
+      for (int i = 0; i < p_.tensors_size(); ++i)
+        if (p_.tensors(i).has_view_of() && p_.tensors(i).view_of() == updated)
+          p_.mutable_tensors(i)->set_view_of(state);
+      makeView(updated, state);
+      for (int i = 0; i < p_.tensors_size(); ++i)
+        if (p_.tensors(i).has_view_of() && rootOf(i) == state)
+          p_.mutable_tensors(i)->set_storage(plan::STATE);
+      used.insert(state);
+    }
+  }
+
+  void planArena(const plan::Program &prog) {
+    int numSteps = prog.steps_size();
+    std::vector<int> start(p_.tensors_size(), -1), end(p_.tensors_size(), -1);
+    for (int s = 0; s < numSteps; ++s) {
+      for (int id : prog.steps(s).outputs())
+        if (id >= 0 && start[rootOf(id)] < 0)
+          start[rootOf(id)] = s;
+      for (int id : prog.steps(s).inputs())
+        if (id >= 0)
+          end[rootOf(id)] = std::max(end[rootOf(id)], s);
+    }
+    for (const plan::Binding &b : prog.inputs())
+      start[rootOf(b.tensor())] = 0;
+    for (const plan::Binding &b : prog.outputs())
+      end[rootOf(b.tensor())] = numSteps;
+    for (const plan::StateUpdate &u : prog.updates())
+      end[rootOf(u.updated())] = numSteps;
+
+    std::vector<BufferRequest> reqs;
+    std::vector<int> ids;
+    for (int i = 0; i < p_.tensors_size(); ++i) {
+      const plan::Tensor &t = p_.tensors(i);
+      if (t.storage() != plan::ARENA || t.has_view_of())
+        continue;
+      int s = std::max(start[i], 0);
+      int e = std::max(end[i], s);
+      reqs.push_back({rt::planTensorBytes(t), s, e});
+      ids.push_back(i);
+    }
+    MemoryPlan mp = planMemory(reqs);
+    for (size_t k = 0; k < ids.size(); ++k)
+      p_.mutable_tensors(ids[k])->set_offset(mp.offsets[k]);
+    plan::MemoryStats &m = *p_.mutable_memory();
+    m.set_arena_bytes(mp.arenaBytes);
+    m.set_lower_bound_bytes(mp.lowerBoundBytes);
+    m.set_unplanned_bytes(mp.unplannedBytes);
+    uint64_t state = 0, constants = 0;
+    for (const plan::Tensor &t : p_.tensors()) {
+      if (t.has_view_of())
+        continue;
+      if (t.storage() == plan::STATE)
+        state += rt::planTensorBytes(t);
+      if (t.storage() == plan::CONSTANT)
+        constants += rt::planTensorBytes(t);
+    }
+    m.set_state_bytes(state);
+    m.set_constant_bytes(constants);
+  }
+
+  void addParameters() {
+    for (const std::string &name : opts_.modelParameters) {
+      const Value *v = g_.findValue(name);
+      if (!v || !stateOf_.count(v))
+        continue;
+      plan::Parameter &param = *p_.add_parameters();
+      param.set_onnx_name(name);
+      param.set_state(tensorOf(v));
+      const Value *grad = g_.findValue(name + "_grad");
+      param.set_grad(grad && grad->isGraphOutput() ? tensorOf(grad) : -1);
+    }
+  }
+
+  const Graph &g_;
+  const LowerOptions &opts_;
+  plan::Plan p_;
+  std::unordered_map<const Value *, int> tensorOf_;
+  std::unordered_map<const Value *, const Value *> stateOf_;
+  std::unordered_set<const Value *> updatedStates_;
+  std::unordered_map<const Value *, int> stepOf_;
+};
+
+} // namespace
+
+llvm::Expected<plan::Plan> lowerToPlan(const Graph &g, const LowerOptions &opts) {
+  return Lowering(g, opts).run();
+}
+
+llvm::Expected<std::string> serializePlanFile(const plan::Plan &p) {
+  std::string bytes, error;
+  if (!rt::serializePlan(p, bytes, error))
+    return makeError(error);
+  return bytes;
+}
+
+} // namespace ampc

@@ -1,0 +1,302 @@
+//===- Session.cpp - A loaded plan on a backend ----------------------------===//
+
+#include "ampc/rt/Session.h"
+
+#include "ampc/rt/ElementMath.h"
+#include "ampc/rt/PlanFile.h"
+
+#include "onnx/onnx_pb.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace ampc::rt {
+
+ElemType elemTypeOf(plan::ElemType t) {
+  switch (t) {
+  case plan::F16:
+    return ElemType::F16;
+  case plan::BF16:
+    return ElemType::BF16;
+  case plan::F64:
+    return ElemType::F64;
+  case plan::I64:
+    return ElemType::I64;
+  case plan::I32:
+    return ElemType::I32;
+  case plan::I8:
+    return ElemType::I8;
+  case plan::U8:
+    return ElemType::U8;
+  case plan::BOOL:
+    return ElemType::Bool;
+  default:
+    return ElemType::F32;
+  }
+}
+
+std::string typeString(plan::ElemType t, const std::vector<int64_t> &shape) {
+  std::string s = elemName(elemTypeOf(t));
+  s += "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string safeFileName(const std::string &name) {
+  std::string out = name;
+  for (char &c : out)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'))
+      c = '_';
+  return out;
+}
+
+namespace {
+
+std::string arrayType(const HostArray &a) {
+  std::string s = elemName(a.type);
+  s += "[";
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(a.shape[i]);
+  return s + "]";
+}
+
+bool makeDirs(const std::string &dir, std::string &error) {
+  std::string path;
+  std::stringstream ss(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/')
+    path = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty())
+      continue;
+    path += part + "/";
+    if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST) {
+      error = dir + ": cannot create the folder (" + std::strerror(errno) + ")";
+      return false;
+    }
+  }
+  return true;
+}
+
+HostArray arrayOf(const plan::Tensor &t) {
+  HostArray a;
+  a.type = elemTypeOf(t.type());
+  a.shape.assign(t.shape().begin(), t.shape().end());
+  a.bytes.resize(planTensorBytes(t));
+  return a;
+}
+
+} // namespace
+
+std::unique_ptr<Session> Session::fromPlan(plan::Plan p, std::unique_ptr<Backend> backend,
+                                           std::string &error) {
+  if (!validatePlan(p, error))
+    return nullptr;
+  std::unique_ptr<Session> s(new Session());
+  s->plan_ = std::move(p);
+  s->backend_ = std::move(backend);
+  if (!s->backend_->load(s->plan_, error))
+    return nullptr;
+  s->fed_.resize(s->plan_.programs_size());
+  // Inputs with defaults start out holding them.
+  for (const plan::Program &prog : s->plan_.programs())
+    for (const plan::Binding &b : prog.inputs())
+      if (b.has_default() &&
+          !s->backend_->write(b.tensor(), b.default_data().data(), b.default_data().size(), error))
+        return nullptr;
+  return s;
+}
+
+std::unique_ptr<Session> Session::open(const std::string &planPath,
+                                       std::unique_ptr<Backend> backend, std::string &error) {
+  plan::Plan p;
+  if (!readPlanFile(planPath, p, error))
+    return nullptr;
+  auto s = fromPlan(std::move(p), std::move(backend), error);
+  if (!s)
+    error = planPath + ": " + error;
+  return s;
+}
+
+int Session::program(const std::string &name) const {
+  for (int i = 0; i < plan_.programs_size(); ++i)
+    if (plan_.programs(i).name() == name)
+      return i;
+  return -1;
+}
+
+bool Session::feed(int program, const std::string &name, const HostArray &a,
+                   const std::string &what, std::string &error) {
+  for (const plan::Binding &b : plan_.programs(program).inputs()) {
+    if (b.name() != name)
+      continue;
+    const plan::Tensor &t = plan_.tensors(b.tensor());
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (a.type != elemTypeOf(t.type()) || a.shape != shape) {
+      error = what + ": input '" + name + "' expects " + typeString(t.type(), shape) + ", got " +
+              arrayType(a);
+      return false;
+    }
+    if (!backend_->write(b.tensor(), a.bytes.data(), a.bytes.size(), error))
+      return false;
+    fed_[program][name] = true;
+    return true;
+  }
+  error = what + ": the plan has no input '" + name + "'";
+  return false;
+}
+
+std::vector<std::string> Session::missingFeeds(int program) const {
+  std::vector<std::string> out;
+  for (const plan::Binding &b : plan_.programs(program).inputs())
+    if (!b.has_default() && !fed_[program].count(b.name()))
+      out.push_back(b.name());
+  return out;
+}
+
+bool Session::run(int program, std::string &error) {
+  std::vector<std::string> missing = missingFeeds(program);
+  if (!missing.empty()) {
+    error = "no feed for input '" + missing.front() + "'";
+    return false;
+  }
+  return backend_->run(program, error);
+}
+
+bool Session::readTensor(int tensor, HostArray &out, std::string &error) {
+  out = arrayOf(plan_.tensors(tensor));
+  return backend_->read(tensor, out.bytes.data(), out.bytes.size(), error);
+}
+
+bool Session::writeTensor(int tensor, const HostArray &a, std::string &error) {
+  return backend_->write(tensor, a.bytes.data(), a.bytes.size(), error);
+}
+
+bool Session::output(int program, const std::string &name, HostArray &out, std::string &error) {
+  for (const plan::Binding &b : plan_.programs(program).outputs())
+    if (b.name() == name)
+      return readTensor(b.tensor(), out, error);
+  error = "the plan has no output '" + name + "'";
+  return false;
+}
+
+bool Session::saveCheckpoint(const std::string &dir, const std::map<std::string, int64_t> &counters,
+                             std::string &error) {
+  if (!makeDirs(dir, error))
+    return false;
+  std::map<std::string, HostArray> arrays;
+  for (int i = 0; i < plan_.tensors_size(); ++i) {
+    const plan::Tensor &t = plan_.tensors(i);
+    if (t.storage() != plan::STATE || t.has_view_of())
+      continue;
+    HostArray a;
+    if (!readTensor(i, a, error))
+      return false;
+    arrays["state/" + t.name()] = std::move(a);
+  }
+  for (const auto &[name, value] : counters) {
+    HostArray a;
+    a.type = ElemType::I64;
+    a.bytes.resize(8);
+    std::memcpy(a.bytes.data(), &value, 8);
+    arrays["counter/" + name] = std::move(a);
+  }
+  return writeNpz(dir + "/state.npz", arrays, error);
+}
+
+bool Session::loadCheckpoint(const std::string &dir, std::map<std::string, int64_t> &counters,
+                             std::string &error) {
+  std::map<std::string, HostArray> arrays;
+  if (!readNpz(dir + "/state.npz", arrays, error))
+    return false;
+  for (int i = 0; i < plan_.tensors_size(); ++i) {
+    const plan::Tensor &t = plan_.tensors(i);
+    if (t.storage() != plan::STATE || t.has_view_of())
+      continue;
+    auto it = arrays.find("state/" + t.name());
+    if (it == arrays.end()) {
+      error = dir + "/state.npz: no value for state '" + t.name() + "' (a checkpoint of another plan?)";
+      return false;
+    }
+    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
+    if (it->second.type != elemTypeOf(t.type()) || it->second.shape != shape) {
+      error = dir + "/state.npz: state '" + t.name() + "' is " + arrayType(it->second) +
+              ", the plan has " + typeString(t.type(), shape);
+      return false;
+    }
+    if (!writeTensor(i, it->second, error))
+      return false;
+  }
+  for (const auto &[key, a] : arrays)
+    if (key.rfind("counter/", 0) == 0 && a.type == ElemType::I64 && a.bytes.size() == 8) {
+      int64_t v;
+      std::memcpy(&v, a.bytes.data(), 8);
+      counters[key.substr(8)] = v;
+    }
+  return true;
+}
+
+bool Session::dumpParameters(const std::string &dir, std::string &error) {
+  if (!makeDirs(dir, error))
+    return false;
+  for (const plan::Parameter &p : plan_.parameters()) {
+    HostArray a;
+    if (!readTensor(p.state(), a, error) ||
+        !writeNpy(dir + "/" + safeFileName(p.onnx_name()) + ".npy", a, error))
+      return false;
+  }
+  return true;
+}
+
+bool Session::dumpGradients(const std::string &dir, std::string &error) {
+  if (!makeDirs(dir, error))
+    return false;
+  for (const plan::Parameter &p : plan_.parameters()) {
+    if (p.grad() < 0)
+      continue;
+    HostArray a;
+    if (!readTensor(p.grad(), a, error) ||
+        !writeNpy(dir + "/" + safeFileName(p.onnx_name()) + ".npy", a, error))
+      return false;
+  }
+  return true;
+}
+
+bool Session::exportOnnx(const std::string &path, std::string &error) {
+  onnx::ModelProto model;
+  if (plan_.original_model().empty() || !model.ParseFromString(plan_.original_model())) {
+    error = "the plan carries no ONNX model to export";
+    return false;
+  }
+  std::map<std::string, int> trained;
+  for (const plan::Parameter &p : plan_.parameters())
+    trained[p.onnx_name()] = p.state();
+  for (auto &init : *model.mutable_graph()->mutable_initializer()) {
+    auto it = trained.find(init.name());
+    if (it == trained.end())
+      continue;
+    HostArray a;
+    if (!readTensor(it->second, a, error))
+      return false;
+    // The master copy is the parameter's own type (fp32 for fp32 models).
+    init.clear_float_data();
+    init.clear_int32_data();
+    init.clear_double_data();
+    init.clear_external_data();
+    init.set_data_location(onnx::TensorProto::DEFAULT);
+    init.set_raw_data(std::string(reinterpret_cast<const char *>(a.bytes.data()), a.bytes.size()));
+  }
+  std::string bytes;
+  if (!model.SerializeToString(&bytes)) {
+    error = path + ": the model could not be serialized";
+    return false;
+  }
+  return writeFileAtomic(path, bytes, error);
+}
+
+} // namespace ampc::rt

@@ -1,0 +1,315 @@
+//===- Trainer.cpp - amp-run's training loop -------------------------------===//
+
+#include "ampc/rt/Trainer.h"
+
+#include "ampc/rt/Npy.h"
+#include "ampc/rt/PlanFile.h"
+#include "ampc/rt/Session.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <iomanip>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+namespace ampc::rt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// Iterates over a data set in epochs of whole batches (a last partial batch
+/// is dropped), reshuffled per epoch from (seed, epoch) when asked.
+class DataLoader {
+public:
+  bool open(const std::string &path, const Session &session, int program, int64_t batchSize,
+            std::string &error) {
+    path_ = path;
+    if (!readNpz(path, arrays_, error))
+      return false;
+    const plan::Program &prog = session.plan().programs(program);
+    for (const plan::Binding &b : prog.inputs()) {
+      auto it = arrays_.find(b.name());
+      if (it == arrays_.end()) {
+        if (b.has_default())
+          continue;
+        error = path + ": no array named '" + b.name() + "' for the plan's input of that name";
+        return false;
+      }
+      const plan::Tensor &t = session.plan().tensors(b.tensor());
+      if (t.shape_size() == 0) {
+        error = path + ": input '" + b.name() + "' is a scalar, it cannot come from a data set";
+        return false;
+      }
+      const HostArray &a = it->second;
+      std::vector<int64_t> sample(t.shape().begin() + 1, t.shape().end());
+      std::vector<int64_t> have(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end());
+      if (a.type != elemTypeOf(t.type()) || a.shape.empty() || have != sample) {
+        error = path + ": array '" + b.name() + "' is " + elemName(a.type) + " " +
+                shapeText(a.shape) + ", the plan needs " + typeString(t.type(), {}) +
+                " samples of shape " + shapeText(sample);
+        return false;
+      }
+      int64_t planBatch = t.shape(0);
+      if (batchSize && batchSize != planBatch) {
+        error = "--batch-size " + std::to_string(batchSize) + " differs from the plan's batch of " +
+                std::to_string(planBatch) + " (recompile with --batch=" +
+                std::to_string(batchSize) + ")";
+        return false;
+      }
+      if (samples_ < 0)
+        samples_ = a.shape[0];
+      if (a.shape[0] != samples_) {
+        error = path + ": arrays hold different numbers of samples";
+        return false;
+      }
+      batch_ = planBatch;
+      inputs_.push_back(b.name());
+    }
+    if (samples_ < batch_) {
+      error = path + ": " + std::to_string(samples_) + " samples, fewer than one batch of " +
+              std::to_string(batch_);
+      return false;
+    }
+    return true;
+  }
+
+  /// Feeds the batch at (epoch, cursor) and advances.
+  bool feedNext(Session &session, int program, bool shuffle, uint64_t seed, int64_t &epoch,
+                int64_t &cursor, std::string &error) {
+    if (cursor + batch_ > samples_) {
+      ++epoch;
+      cursor = 0;
+    }
+    const std::vector<int64_t> &order = permutation(epoch, shuffle, seed);
+    for (const std::string &name : inputs_) {
+      const HostArray &a = arrays_.at(name);
+      size_t sampleBytes = a.bytes.size() / static_cast<size_t>(samples_);
+      HostArray batch;
+      batch.type = a.type;
+      batch.shape = a.shape;
+      batch.shape[0] = batch_;
+      batch.bytes.resize(sampleBytes * batch_);
+      for (int64_t i = 0; i < batch_; ++i)
+        std::memcpy(batch.bytes.data() + i * sampleBytes,
+                    a.bytes.data() + order[cursor + i] * sampleBytes, sampleBytes);
+      if (!session.feed(program, name, batch, path_, error))
+        return false;
+    }
+    cursor += batch_;
+    return true;
+  }
+
+private:
+  static std::string shapeText(const std::vector<int64_t> &s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i)
+      out += (i ? "," : "") + std::to_string(s[i]);
+    return out + "]";
+  }
+
+  const std::vector<int64_t> &permutation(int64_t epoch, bool shuffle, uint64_t seed) {
+    if (permEpoch_ == epoch && !perm_.empty())
+      return perm_;
+    perm_.resize(samples_);
+    std::iota(perm_.begin(), perm_.end(), 0);
+    if (shuffle) {
+      // Fisher-Yates with a generator fixed by (seed, epoch): reproducible,
+      // and a resumed run reshuffles exactly as the uninterrupted one.
+      std::mt19937_64 gen(seed * 1000003ULL + static_cast<uint64_t>(epoch));
+      for (int64_t i = samples_ - 1; i > 0; --i)
+        std::swap(perm_[i], perm_[gen() % static_cast<uint64_t>(i + 1)]);
+    }
+    permEpoch_ = epoch;
+    return perm_;
+  }
+
+  std::string path_;
+  std::map<std::string, HostArray> arrays_;
+  std::vector<std::string> inputs_;
+  int64_t samples_ = -1, batch_ = 0;
+  std::vector<int64_t> perm_;
+  int64_t permEpoch_ = -1;
+};
+
+std::string info(const plan::Plan &p, const std::string &key, const std::string &dflt = "") {
+  auto it = p.info().find(key);
+  return it == p.info().end() ? dflt : it->second;
+}
+
+/// Reads a scalar output as double (NaN when absent).
+double scalarOutput(Session &s, int program, const std::string &name) {
+  if (name.empty())
+    return NAN;
+  HostArray a;
+  std::string error;
+  if (!s.output(program, name, a, error) || a.numElements() < 1)
+    return NAN;
+  return a.at(0);
+}
+
+std::string jsonNumber(double v) {
+  if (std::isnan(v) || std::isinf(v))
+    return "null";
+  std::ostringstream os;
+  os << std::setprecision(9) << v;
+  return os.str();
+}
+
+} // namespace
+
+int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) {
+  auto fail = [&](const std::string &msg) {
+    err << "amp-run: error: " << msg << "\n";
+    return 1;
+  };
+  // Backend.
+  std::unique_ptr<Backend> backend;
+  std::string why, error;
+  if (opts.backend == "cuda" || opts.backend == "auto") {
+    if (cudaAvailable(why)) {
+      backend = createCudaBackend(opts.cuda, error);
+      if (!backend)
+        return fail(error);
+    } else if (opts.backend == "cuda") {
+      return fail("no CUDA device available (" + why + ")");
+    } else if (!opts.quiet) {
+      err << "amp-run: note: no CUDA device available (" << why << "); running on the CPU\n";
+    }
+  } else if (opts.backend != "cpu") {
+    return fail("--backend must be cpu, cuda or auto, got '" + opts.backend + "'");
+  }
+  if (!backend)
+    backend = createCpuBackend({opts.threads});
+
+  auto session = Session::open(opts.planPath, std::move(backend), error);
+  if (!session)
+    return fail(error);
+  const plan::Plan &plan = session->plan();
+
+  // Programs: one "step", or "accumulate" run N times and then "apply".
+  int step = session->program("step");
+  int accumulate = session->program("accumulate"), apply = session->program("apply");
+  int64_t microBatches = std::stoll(info(plan, "accumulate", "1"));
+  int feedProgram = step >= 0 ? step : accumulate;
+  if (feedProgram < 0 || (step < 0 && apply < 0))
+    return fail(opts.planPath + ": the plan has neither a 'step' nor 'accumulate'/'apply' programs");
+
+  for (const auto &[name, path] : opts.feeds) {
+    HostArray a;
+    if (!readNpy(path, a, error))
+      return fail(error);
+    if (!session->feed(feedProgram, name, a, path, error))
+      return fail(error);
+  }
+  DataLoader data;
+  if (!opts.dataPath.empty() &&
+      !data.open(opts.dataPath, *session, feedProgram, opts.batchSize, error))
+    return fail(error);
+  if (opts.dataPath.empty()) {
+    std::vector<std::string> missing = session->missingFeeds(feedProgram);
+    if (!missing.empty())
+      return fail("no feed for input '" + missing.front() + "' (use --feed " + missing.front() +
+                  "=FILE.npy or --data FILE.npz)");
+  }
+
+  std::map<std::string, int64_t> counters = {{"step", 0}, {"epoch", 0}, {"cursor", 0}};
+  if (!opts.resumeDir.empty()) {
+    if (!session->loadCheckpoint(opts.resumeDir, counters, error))
+      return fail(error);
+    if (!opts.quiet)
+      out << "resumed from " << opts.resumeDir << " at step " << counters["step"] << "\n";
+  }
+
+  std::unique_ptr<FILE, int (*)(FILE *)> metrics(nullptr, fclose);
+  if (!opts.metricsPath.empty()) {
+    metrics.reset(std::fopen(opts.metricsPath.c_str(), opts.resumeDir.empty() ? "w" : "a"));
+    if (!metrics)
+      return fail(opts.metricsPath + ": cannot write (" + std::strerror(errno) + ")");
+  }
+
+  std::string lossName = info(plan, "output.loss"), scaleName = info(plan, "output.loss_scale"),
+              infName = info(plan, "output.found_inf");
+  if (lossName.empty())
+    for (const plan::Binding &b : plan.programs(feedProgram).outputs())
+      if (planNumElements(plan.tensors(b.tensor())) == 1) {
+        lossName = b.name();
+        break;
+      }
+  int outputProgram = step >= 0 ? step : apply;
+  bool warnedScale = false;
+  auto start = Clock::now();
+  int64_t first = counters["step"];
+  int64_t reportEvery = std::max<int64_t>(1, (opts.steps - first) / 20);
+  for (int64_t s = first; s < opts.steps; ++s) {
+    auto t0 = Clock::now();
+    for (int64_t m = 0; m < (step >= 0 ? 1 : microBatches); ++m) {
+      if (!opts.dataPath.empty() &&
+          !data.feedNext(*session, feedProgram, opts.shuffle, opts.seed, counters["epoch"],
+                         counters["cursor"], error))
+        return fail(error);
+      if (!session->run(feedProgram, error))
+        return fail("step " + std::to_string(s + 1) + ": " + error);
+    }
+    if (step < 0 && !session->run(apply, error))
+      return fail("step " + std::to_string(s + 1) + ": " + error);
+    if (!session->backend().synchronize(error))
+      return fail(error);
+    double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    counters["step"] = s + 1;
+    double loss = scalarOutput(*session, feedProgram, lossName);
+    double scale = scalarOutput(*session, outputProgram, scaleName);
+    double foundInf = scalarOutput(*session, outputProgram, infName);
+    bool skipped = !std::isnan(foundInf) && foundInf != 0;
+    if (metrics)
+      std::fprintf(metrics.get(),
+                   "{\"step\": %lld, \"loss\": %s, \"loss_scale\": %s, \"skipped\": %s, "
+                   "\"seconds\": %s}\n",
+                   static_cast<long long>(s + 1), jsonNumber(loss).c_str(),
+                   jsonNumber(scale).c_str(), skipped ? "true" : "false",
+                   jsonNumber(seconds).c_str());
+    if (!std::isnan(scale) && scale < 1 && !warnedScale) {
+      err << "amp-run: warning: step " << s + 1 << ": the loss scale fell below 1 (" << scale
+          << "): gradients overflow even unscaled; training may be stalling\n";
+      warnedScale = true;
+    }
+    if (!opts.quiet) {
+      double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+      double rate = (s + 1 - first) / std::max(elapsed, 1e-9);
+      double left = (opts.steps - s - 1) / std::max(rate, 1e-9);
+      std::ostringstream line;
+      line << "step " << s + 1 << "/" << opts.steps << "  loss " << std::setprecision(6) << loss;
+      if (!std::isnan(scale))
+        line << "  scale " << scale;
+      if (skipped)
+        line << "  (overflow: skipped)";
+      line << "  " << std::setprecision(3) << rate << " steps/s  " << std::setprecision(3) << left
+           << " s left";
+      if (opts.terminal)
+        out << "\r" << line.str() << "\033[K" << std::flush;
+      else if ((s + 1 - first) % reportEvery == 0 || s + 1 == opts.steps)
+        out << line.str() << "\n";
+    }
+    if (opts.checkpointEvery > 0 && !opts.checkpointDir.empty() &&
+        (s + 1) % opts.checkpointEvery == 0 &&
+        !session->saveCheckpoint(opts.checkpointDir, counters, error))
+      return fail(error);
+  }
+  if (opts.terminal && !opts.quiet)
+    out << "\n";
+  if (!opts.checkpointDir.empty() && !session->saveCheckpoint(opts.checkpointDir, counters, error))
+    return fail(error);
+  if (!opts.dumpGrads.empty() && !session->dumpGradients(opts.dumpGrads, error))
+    return fail(error);
+  if (!opts.dumpParams.empty() && !session->dumpParameters(opts.dumpParams, error))
+    return fail(error);
+  if (!opts.exportOnnx.empty() && !session->exportOnnx(opts.exportOnnx, error))
+    return fail(error);
+  return 0;
+}
+
+} // namespace ampc::rt

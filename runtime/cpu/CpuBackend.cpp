@@ -1,0 +1,299 @@
+//===- CpuBackend.cpp - Running plans on the CPU ---------------------------===//
+
+#include "ampc/rt/Backend.h"
+
+#include "Kernel.h"
+
+#include "ampc/rt/PlanFile.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace ampc::rt {
+
+namespace cpu {
+
+namespace {
+std::map<std::string, KernelFactory> &registry() {
+  static std::map<std::string, KernelFactory> r;
+  return r;
+}
+} // namespace
+
+void registerKernel(const std::string &op, KernelFactory factory) {
+  registry()[op] = std::move(factory);
+}
+
+const KernelFactory *findKernel(const std::string &op) {
+  auto it = registry().find(op);
+  return it == registry().end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> cpuKernelOps() {
+  static std::once_flag once;
+  std::call_once(once, registerAllCpuKernels);
+  std::vector<std::string> out;
+  for (const auto &[name, f] : registry())
+    out.push_back(name);
+  return out;
+}
+
+const plan::Attribute *StepContext::attr(const std::string &name) const {
+  for (const plan::Attribute &a : step.attrs())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t StepContext::attrInt(const std::string &name, int64_t dflt) const {
+  const plan::Attribute *a = attr(name);
+  return a && a->value_case() == plan::Attribute::kI ? a->i() : dflt;
+}
+
+double StepContext::attrFloat(const std::string &name, double dflt) const {
+  const plan::Attribute *a = attr(name);
+  if (!a)
+    return dflt;
+  if (a->value_case() == plan::Attribute::kF)
+    return a->f();
+  if (a->value_case() == plan::Attribute::kI)
+    return static_cast<double>(a->i());
+  return dflt;
+}
+
+std::string StepContext::attrString(const std::string &name, const std::string &dflt) const {
+  const plan::Attribute *a = attr(name);
+  return a && a->value_case() == plan::Attribute::kS ? a->s() : dflt;
+}
+
+std::vector<int64_t> StepContext::attrInts(const std::string &name,
+                                           std::vector<int64_t> dflt) const {
+  const plan::Attribute *a = attr(name);
+  if (!a || a->value_case() != plan::Attribute::kInts)
+    return dflt;
+  return std::vector<int64_t>(a->ints().values().begin(), a->ints().values().end());
+}
+
+std::vector<double> StepContext::attrFloats(const std::string &name,
+                                            std::vector<double> dflt) const {
+  const plan::Attribute *a = attr(name);
+  if (!a || a->value_case() != plan::Attribute::kFloats)
+    return dflt;
+  return std::vector<double>(a->floats().values().begin(), a->floats().values().end());
+}
+
+} // namespace cpu
+
+namespace {
+
+using namespace cpu;
+
+/// 64-byte aligned, zero-filled memory.
+class AlignedBuffer {
+public:
+  AlignedBuffer() = default;
+  ~AlignedBuffer() { std::free(ptr_); }
+  bool allocate(size_t bytes) {
+    size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    ptr_ = static_cast<uint8_t *>(std::aligned_alloc(64, rounded));
+    if (!ptr_)
+      return false;
+    std::memset(ptr_, 0, rounded);
+    return true;
+  }
+  uint8_t *get() const { return ptr_; }
+
+private:
+  uint8_t *ptr_ = nullptr;
+};
+
+class CpuBackend : public Backend {
+public:
+  explicit CpuBackend(const CpuOptions &opts) {
+    int threads = opts.threads > 0 ? opts.threads
+                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads_ = threads;
+    pool_ = std::make_unique<ThreadPool>(threads);
+    // oneDNN runs on OpenMP: give it the same thread count, so results are
+    // the same run after run for a given --threads.
+    omp_set_num_threads(threads);
+    static std::once_flag once;
+    std::call_once(once, registerAllCpuKernels);
+  }
+
+  std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
+
+  bool load(const plan::Plan &p, std::string &error) override {
+    plan_ = p;
+    if (!allocate(error))
+      return false;
+    for (int i = 0; i < plan_.programs_size(); ++i)
+      if (!prepareProgram(plan_.programs(i), error))
+        return false;
+    return true;
+  }
+
+  bool run(int index, std::string &error) override {
+    if (index < 0 || index >= static_cast<int>(programs_.size())) {
+      error = "no program " + std::to_string(index);
+      return false;
+    }
+    Program &prog = programs_[index];
+    for (auto &k : prog.kernels)
+      k->run();
+    for (const auto &[dst, src] : prog.copies)
+      std::memcpy(ptr_[dst], ptr_[src], rt::planTensorBytes(plan_.tensors(dst)));
+    return true;
+  }
+
+  bool write(int tensor, const void *src, size_t bytes, std::string &error) override {
+    if (!checkTransfer(tensor, bytes, error))
+      return false;
+    std::memcpy(ptr_[tensor], src, bytes);
+    return true;
+  }
+
+  bool read(int tensor, void *dst, size_t bytes, std::string &error) override {
+    if (!checkTransfer(tensor, bytes, error))
+      return false;
+    std::memcpy(dst, ptr_[tensor], bytes);
+    return true;
+  }
+
+private:
+  struct Program {
+    std::vector<std::unique_ptr<Kernel>> kernels;
+    std::vector<std::pair<int, int>> copies; // (state, updated)
+  };
+
+  bool checkTransfer(int tensor, size_t bytes, std::string &error) {
+    if (tensor < 0 || tensor >= plan_.tensors_size() || !ptr_[tensor]) {
+      error = "tensor " + std::to_string(tensor) + " has no storage";
+      return false;
+    }
+    if (bytes != rt::planTensorBytes(plan_.tensors(tensor))) {
+      error = "tensor '" + plan_.tensors(tensor).name() + "' holds " +
+              std::to_string(rt::planTensorBytes(plan_.tensors(tensor))) + " bytes, not " +
+              std::to_string(bytes);
+      return false;
+    }
+    return true;
+  }
+
+  /// One arena, one block of state, one block of constants; views point into
+  /// their base tensor.
+  bool allocate(std::string &error) {
+    int n = plan_.tensors_size();
+    ptr_.assign(n, nullptr);
+    size_t stateBytes = 0, constBytes = 0;
+    std::vector<size_t> offset(n, 0);
+    for (int i = 0; i < n; ++i) {
+      const plan::Tensor &t = plan_.tensors(i);
+      if (t.has_view_of())
+        continue;
+      size_t bytes = (rt::planTensorBytes(t) + 63) / 64 * 64;
+      if (t.storage() == plan::STATE) {
+        offset[i] = stateBytes;
+        stateBytes += bytes;
+      } else if (t.storage() == plan::CONSTANT) {
+        offset[i] = constBytes;
+        constBytes += bytes;
+      }
+    }
+    if (!arena_.allocate(plan_.memory().arena_bytes()) || !state_.allocate(stateBytes) ||
+        !constants_.allocate(constBytes)) {
+      error = "cannot allocate " +
+              std::to_string(plan_.memory().arena_bytes() + stateBytes + constBytes) +
+              " bytes of host memory";
+      return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      const plan::Tensor &t = plan_.tensors(i);
+      if (t.has_view_of())
+        continue;
+      switch (t.storage()) {
+      case plan::ARENA:
+        ptr_[i] = arena_.get() + t.offset();
+        break;
+      case plan::STATE:
+        ptr_[i] = state_.get() + offset[i];
+        std::memcpy(ptr_[i], t.data().data(), t.data().size());
+        break;
+      case plan::CONSTANT:
+        ptr_[i] = constants_.get() + offset[i];
+        std::memcpy(ptr_[i], t.data().data(), t.data().size());
+        break;
+      default:
+        break; // VIRTUAL: no storage
+      }
+    }
+    for (int i = 0; i < n; ++i)
+      if (plan_.tensors(i).has_view_of())
+        ptr_[i] = ptr_[plan_.tensors(i).view_of()];
+    return true;
+  }
+
+  TensorArg arg(int id) const {
+    TensorArg a;
+    if (id < 0)
+      return a;
+    const plan::Tensor &t = plan_.tensors(id);
+    a.data = ptr_[id];
+    a.type = t.type();
+    a.shape.assign(t.shape().begin(), t.shape().end());
+    a.numel = planNumElements(t);
+    return a;
+  }
+
+  bool prepareProgram(const plan::Program &prog, std::string &error) {
+    Program out;
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &step = prog.steps(s);
+      std::string where = "program '" + prog.name() + "' step " + std::to_string(s) + " (" +
+                          step.op() + " '" + step.name() + "')";
+      const KernelFactory *factory = findKernel(step.op());
+      if (!factory) {
+        error = where + ": the CPU backend has no kernel for '" + step.op() + "'";
+        return false;
+      }
+      StepContext ctx{plan_, step, {}, {}, *pool_, [this](int id) { return arg(id); }};
+      for (int id : step.inputs())
+        ctx.inputs.push_back(arg(id));
+      for (int id : step.outputs())
+        ctx.outputs.push_back(arg(id));
+      std::string why;
+      std::unique_ptr<Kernel> k = (*factory)(ctx, why);
+      if (!k) {
+        error = where + ": " + (why.empty() ? "unsupported operands" : why);
+        return false;
+      }
+      out.kernels.push_back(std::move(k));
+    }
+    for (const plan::StateUpdate &u : prog.updates())
+      if (ptr_[u.state()] != ptr_[u.updated()])
+        out.copies.push_back({u.state(), u.updated()});
+    programs_.push_back(std::move(out));
+    return true;
+  }
+
+  int threads_ = 1;
+  std::unique_ptr<ThreadPool> pool_;
+  plan::Plan plan_;
+  AlignedBuffer arena_, state_, constants_;
+  std::vector<uint8_t *> ptr_;
+  std::vector<Program> programs_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCpuBackend(const CpuOptions &opts) {
+  return std::make_unique<CpuBackend>(opts);
+}
+
+} // namespace ampc::rt

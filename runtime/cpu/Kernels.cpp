@@ -1,0 +1,10 @@
+//===- Kernels.cpp - Registration of every CPU kernel ----------------------===//
+
+#include "Kernel.h"
+
+namespace ampc::rt::cpu {
+
+// Each kernel file registers its ops; list new files here.
+void registerAllCpuKernels() { registerFusedKernels(); }
+
+} // namespace ampc::rt::cpu

@@ -1,0 +1,128 @@
+//===- ElementMath.h - Per-element math shared by CPU and CUDA --*- C++ -*-===//
+//
+// Storage conversions (fp16 / bf16 <-> fp32, round to nearest even) and the
+// per-element definitions of the fused operators (FusedOps.h). Every function
+// is __host__ __device__ under nvcc, so the CUDA kernels compute exactly what
+// the CPU backend computes, and the CPU unit tests cover both.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#ifdef __CUDACC__
+#define AMPC_HD __host__ __device__ __forceinline__
+#else
+#define AMPC_HD inline
+#endif
+
+namespace ampc::rt::math {
+
+AMPC_HD uint32_t floatBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+AMPC_HD float bitsFloat(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+/// fp32 -> fp16 bits, round to nearest even; overflow to inf, NaN stays NaN.
+AMPC_HD uint16_t floatToHalf(float f) {
+  uint32_t x = floatBits(f);
+  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx > 0x7F800000u) // NaN
+    return sign | 0x7E00u;
+  if (absx >= 0x477FF000u) // >= 65520 rounds to inf
+    return sign | 0x7C00u;
+  if (absx < 0x38800000u) { // below 2^-14: subnormal or zero
+    if (absx < 0x33000000u) // below 2^-25: rounds to 0 (2^-25 ties to even 0)
+      return sign;
+    uint32_t mant = (absx & 0x7FFFFFu) | 0x800000u;
+    // value = mant * 2^(e-150); half subnormal unit 2^-24 -> shift by (e-150+24)
+    int rshift = 150 - 24 - static_cast<int>(absx >> 23);
+    uint32_t q = mant >> rshift;
+    uint32_t rem = mant & ((1u << rshift) - 1);
+    uint32_t halfway = 1u << (rshift - 1);
+    if (rem > halfway || (rem == halfway && (q & 1u)))
+      ++q;
+    return sign | static_cast<uint16_t>(q);
+  }
+  // Normal: rebias the exponent and round the mantissa from 23 to 10 bits.
+  uint32_t rounded = absx + 0xFFFu + ((absx >> 13) & 1u);
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+AMPC_HD float halfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  if (exp == 0x1F)
+    return bitsFloat(sign | 0x7F800000u | (mant << 13));
+  if (exp == 0) {
+    if (mant == 0)
+      return bitsFloat(sign);
+    // Subnormal: mant * 2^-24, exact in fp32.
+    float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return bitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/// fp32 -> bf16 bits, round to nearest even; NaN stays (quiet) NaN.
+AMPC_HD uint16_t floatToBFloat16(float f) {
+  uint32_t x = floatBits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7FFFu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+AMPC_HD float bfloat16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
+
+/// Rounds an fp32 value to what fp16 / bf16 storage would hold.
+AMPC_HD float roundToHalf(float f) { return halfToFloat(floatToHalf(f)); }
+AMPC_HD float roundToBFloat16(float f) { return bfloat16ToFloat(floatToBFloat16(f)); }
+
+//===----------------------------------------------------------------------===//
+// Per-element operator definitions (ONNX semantics, fp32 math)
+//===----------------------------------------------------------------------===//
+
+template <typename T> AMPC_HD T relu(T x) { return x > T(0) ? x : T(0); }
+template <typename T> AMPC_HD T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
+template <typename T> AMPC_HD T softplus(T x) {
+  return x > T(0) ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+template <typename T> AMPC_HD T leakyRelu(T x, T alpha) { return x >= T(0) ? x : alpha * x; }
+template <typename T> AMPC_HD T elu(T x, T alpha) { return x >= T(0) ? x : alpha * expm1(x); }
+template <typename T> AMPC_HD T selu(T x, T alpha, T gamma) {
+  return x > T(0) ? gamma * x : gamma * (alpha * exp(x) - alpha);
+}
+template <typename T> AMPC_HD T hardSigmoid(T x, T alpha, T beta) {
+  T v = alpha * x + beta;
+  return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
+}
+template <typename T> AMPC_HD T sign(T x) {
+  return x != x ? x : T((x > T(0)) - (x < T(0)));
+}
+/// ONNX Max/Min propagate NaN.
+template <typename T> AMPC_HD T maxNaN(T a, T b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+template <typename T> AMPC_HD T minNaN(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+template <typename T> AMPC_HD T reluGrad(T dy, T y) { return y > T(0) ? dy : T(0); }
+template <typename T> AMPC_HD T sigmoidGrad(T dy, T y) { return dy * y * (T(1) - y); }
+template <typename T> AMPC_HD T tanhGrad(T dy, T y) { return dy * (T(1) - y * y); }
+
+} // namespace ampc::rt::math

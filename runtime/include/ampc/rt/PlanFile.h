@@ -1,0 +1,33 @@
+//===- PlanFile.h - Reading, writing and validating plan files --*- C++ -*-===//
+#pragma once
+
+#include "plan.pb.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ampc::rt {
+
+/// The plan format version this runtime reads and the compiler writes.
+inline constexpr uint32_t kPlanVersion = 1;
+inline constexpr size_t kPlanHeaderSize = 32;
+
+/// Serializes a plan with its header (magic, version, size, CRC-32).
+bool serializePlan(const plan::Plan &p, std::string &bytes, std::string &error);
+/// Writes a plan file atomically.
+bool writePlanFile(const std::string &path, const plan::Plan &p, std::string &error);
+/// Reads and checks a plan file: magic, version, size, checksum, then
+/// validatePlan. Errors are one line starting with the path.
+bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error);
+
+/// Structural checks: tensor ids in range, sizes consistent with shapes and
+/// element types, arena buffers inside the arena, state and constant data of
+/// the right size, known programs and bindings. Errors name the tensor or step.
+bool validatePlan(const plan::Plan &p, std::string &error);
+
+/// Bytes of one element / of a whole tensor.
+size_t planElemSize(plan::ElemType t);
+int64_t planNumElements(const plan::Tensor &t);
+size_t planTensorBytes(const plan::Tensor &t);
+
+} // namespace ampc::rt

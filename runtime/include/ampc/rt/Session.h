@@ -1,0 +1,79 @@
+//===- Session.h - A loaded plan on a backend -------------------*- C++ -*-===//
+//
+// Binds names to tensors: feeds inputs by graph-input name (checking element
+// type and shape), runs programs, reads outputs, and handles everything that
+// touches the training state as a whole: checkpoints, parameter and gradient
+// dumps, and exporting the trained model back to ONNX.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ampc/rt/Backend.h"
+#include "ampc/rt/Npy.h"
+
+#include "plan.pb.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace ampc::rt {
+
+ElemType elemTypeOf(plan::ElemType t);
+std::string typeString(plan::ElemType t, const std::vector<int64_t> &shape);
+
+class Session {
+public:
+  /// Loads and validates a plan file and prepares it on `backend`.
+  static std::unique_ptr<Session> open(const std::string &planPath,
+                                       std::unique_ptr<Backend> backend, std::string &error);
+  /// The same for a plan held in memory (tests).
+  static std::unique_ptr<Session> fromPlan(plan::Plan p, std::unique_ptr<Backend> backend,
+                                           std::string &error);
+
+  const plan::Plan &plan() const { return plan_; }
+  Backend &backend() { return *backend_; }
+
+  /// Index of a program by name, or -1.
+  int program(const std::string &name) const;
+
+  /// Copies a host array into the program input `name`; type and shape must
+  /// match (errors name the input and both types). `what` names the source.
+  bool feed(int program, const std::string &name, const HostArray &a, const std::string &what,
+            std::string &error);
+  /// Inputs of the program that have no feed yet and no default.
+  std::vector<std::string> missingFeeds(int program) const;
+  bool run(int program, std::string &error);
+  /// Reads a program output (by graph-output name) to the host.
+  bool output(int program, const std::string &name, HostArray &out, std::string &error);
+  bool readTensor(int tensor, HostArray &out, std::string &error);
+  bool writeTensor(int tensor, const HostArray &a, std::string &error);
+
+  /// Writes every STATE tensor plus `counters` to DIR/state.npz atomically
+  /// (temporary file, then rename; the folder is created if needed).
+  bool saveCheckpoint(const std::string &dir, const std::map<std::string, int64_t> &counters,
+                      std::string &error);
+  bool loadCheckpoint(const std::string &dir, std::map<std::string, int64_t> &counters,
+                      std::string &error);
+
+  /// One .npy per model parameter (fp32 master values) / per trained
+  /// parameter's last unscaled gradient. File names: the ONNX initializer name
+  /// with characters outside [A-Za-z0-9._-] replaced by '_'.
+  bool dumpParameters(const std::string &dir, std::string &error);
+  bool dumpGradients(const std::string &dir, std::string &error);
+
+  /// Writes the original ONNX model with the trained parameter values.
+  bool exportOnnx(const std::string &path, std::string &error);
+
+private:
+  Session() = default;
+
+  plan::Plan plan_;
+  std::unique_ptr<Backend> backend_;
+  std::vector<std::map<std::string, bool>> fed_;
+};
+
+/// "fc1.weight" with characters outside [A-Za-z0-9._-] replaced by '_'.
+std::string safeFileName(const std::string &name);
+
+} // namespace ampc::rt

@@ -1,0 +1,253 @@
+//===- PlanFile.cpp - Reading, writing and validating plan files -----------===//
+
+#include "ampc/rt/PlanFile.h"
+
+#include "ampc/rt/Npy.h"
+
+#include <zlib.h>
+
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace ampc::rt {
+
+namespace {
+const char kMagic[8] = {'A', 'M', 'P', 'C', 'P', 'L', 'A', 'N'};
+
+uint64_t crcOf(const std::string &bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const size_t chunk = 1u << 30;
+  for (size_t off = 0; off < bytes.size(); off += chunk) {
+    size_t n = std::min(chunk, bytes.size() - off);
+    crc = crc32(crc, reinterpret_cast<const Bytef *>(bytes.data() + off), static_cast<uInt>(n));
+  }
+  return crc;
+}
+
+template <typename T> void put(std::string &s, T v) {
+  s.append(reinterpret_cast<const char *>(&v), sizeof(T));
+}
+template <typename T> T get(const std::string &s, size_t at) {
+  T v;
+  std::memcpy(&v, s.data() + at, sizeof(T));
+  return v;
+}
+} // namespace
+
+size_t planElemSize(plan::ElemType t) {
+  switch (t) {
+  case plan::F64:
+  case plan::I64:
+    return 8;
+  case plan::F32:
+  case plan::I32:
+    return 4;
+  case plan::F16:
+  case plan::BF16:
+    return 2;
+  case plan::I8:
+  case plan::U8:
+  case plan::BOOL:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+int64_t planNumElements(const plan::Tensor &t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape())
+    n *= d;
+  return n;
+}
+
+size_t planTensorBytes(const plan::Tensor &t) {
+  return static_cast<size_t>(planNumElements(t)) * planElemSize(t.type());
+}
+
+bool serializePlan(const plan::Plan &p, std::string &bytes, std::string &error) {
+  std::string payload;
+  if (!p.SerializeToString(&payload)) {
+    error = "the plan could not be serialized (larger than 2 GiB?)";
+    return false;
+  }
+  bytes.clear();
+  bytes.append(kMagic, 8);
+  put<uint32_t>(bytes, kPlanVersion);
+  put<uint32_t>(bytes, 0);
+  put<uint64_t>(bytes, payload.size());
+  put<uint64_t>(bytes, crcOf(payload));
+  bytes += payload;
+  return true;
+}
+
+bool writePlanFile(const std::string &path, const plan::Plan &p, std::string &error) {
+  std::string bytes;
+  if (!serializePlan(p, bytes, error)) {
+    error = path + ": " + error;
+    return false;
+  }
+  return writeFileAtomic(path, bytes, error);
+}
+
+bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    error = path + ": cannot open the plan file";
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string bytes = ss.str();
+  if (bytes.size() < kPlanHeaderSize || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+    error = path + ": not an ampc plan file";
+    return false;
+  }
+  uint32_t version = get<uint32_t>(bytes, 8);
+  if (version != kPlanVersion) {
+    error = path + ": plan format version " + std::to_string(version) +
+            ", this runtime reads version " + std::to_string(kPlanVersion) +
+            " (recompile the model with this amp-opt)";
+    return false;
+  }
+  uint64_t size = get<uint64_t>(bytes, 16);
+  if (size != bytes.size() - kPlanHeaderSize) {
+    error = path + ": truncated plan file (" + std::to_string(bytes.size() - kPlanHeaderSize) +
+            " of " + std::to_string(size) + " payload bytes)";
+    return false;
+  }
+  std::string payload = bytes.substr(kPlanHeaderSize);
+  if (get<uint64_t>(bytes, 24) != crcOf(payload)) {
+    error = path + ": the plan file is corrupt (checksum mismatch)";
+    return false;
+  }
+  if (!p.ParseFromString(payload)) {
+    error = path + ": the plan file is corrupt (cannot be parsed)";
+    return false;
+  }
+  if (!validatePlan(p, error)) {
+    error = path + ": " + error;
+    return false;
+  }
+  return true;
+}
+
+bool validatePlan(const plan::Plan &p, std::string &error) {
+  int n = p.tensors_size();
+  auto tensorOk = [&](int id) { return id >= 0 && id < n; };
+  uint64_t arena = p.memory().arena_bytes();
+  for (int i = 0; i < n; ++i) {
+    const plan::Tensor &t = p.tensors(i);
+    std::string what = "tensor " + std::to_string(i) + " '" + t.name() + "'";
+    if (planElemSize(t.type()) == 0) {
+      error = what + " has an unknown element type";
+      return false;
+    }
+    int64_t count = 1;
+    for (int64_t d : t.shape()) {
+      if (d < 0 || (d != 0 && count > (int64_t(1) << 40) / d)) {
+        error = what + " has an invalid shape";
+        return false;
+      }
+      count *= d;
+    }
+    size_t bytes = planTensorBytes(t);
+    if (t.has_view_of()) {
+      int base = t.view_of();
+      if (!tensorOk(base) || base == i || p.tensors(base).has_view_of() ||
+          planTensorBytes(p.tensors(base)) != bytes || p.tensors(base).storage() != t.storage()) {
+        error = what + " is a view of a tensor it cannot view";
+        return false;
+      }
+      continue;
+    }
+    switch (t.storage()) {
+    case plan::ARENA:
+      if (t.offset() > arena || bytes > arena - t.offset()) {
+        error = what + " lies outside the arena (" + std::to_string(t.offset()) + "+" +
+                std::to_string(bytes) + " > " + std::to_string(arena) + ")";
+        return false;
+      }
+      break;
+    case plan::VIRTUAL:
+      break;
+    case plan::STATE:
+    case plan::CONSTANT:
+      if (t.data().size() != bytes) {
+        error = what + " holds " + std::to_string(t.data().size()) + " bytes of data, its type needs " +
+                std::to_string(bytes);
+        return false;
+      }
+      break;
+    default:
+      error = what + " has an unknown storage class";
+      return false;
+    }
+  }
+  std::set<std::string> names;
+  for (const plan::Program &prog : p.programs()) {
+    if (!names.insert(prog.name()).second) {
+      error = "program '" + prog.name() + "' is defined twice";
+      return false;
+    }
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &step = prog.steps(s);
+      std::string what = "program '" + prog.name() + "' step " + std::to_string(s) + " (" +
+                         step.op() + " '" + step.name() + "')";
+      for (int id : step.inputs())
+        if (id != -1 && (!tensorOk(id) || p.tensors(id).storage() == plan::VIRTUAL)) {
+          error = what + " reads tensor " + std::to_string(id) + ", which does not exist";
+          return false;
+        }
+      for (int id : step.outputs())
+        if (id != -1 && (!tensorOk(id) || p.tensors(id).storage() == plan::CONSTANT ||
+                         p.tensors(id).storage() == plan::VIRTUAL)) {
+          error = what + " writes tensor " + std::to_string(id) + ", which it may not";
+          return false;
+        }
+      for (const auto &a : step.attrs())
+        if (a.value_case() == plan::Attribute::kTensor &&
+            (!tensorOk(a.tensor()) || p.tensors(a.tensor()).storage() != plan::CONSTANT)) {
+          error = what + " has a tensor attribute that is not a constant";
+          return false;
+        }
+    }
+    for (const auto *list : {&prog.inputs(), &prog.outputs()})
+      for (const plan::Binding &b : *list)
+        if (!tensorOk(b.tensor())) {
+          error = "program '" + prog.name() + "': binding '" + b.name() + "' names no tensor";
+          return false;
+        }
+    for (const plan::Binding &b : prog.inputs())
+      if (b.has_default() && b.default_data().size() != planTensorBytes(p.tensors(b.tensor()))) {
+        error = "program '" + prog.name() + "': the default of input '" + b.name() +
+                "' has the wrong size";
+        return false;
+      }
+    for (const plan::StateUpdate &u : prog.updates()) {
+      if (!tensorOk(u.state()) || !tensorOk(u.updated()) ||
+          p.tensors(u.state()).storage() != plan::STATE) {
+        error = "program '" + prog.name() + "': a state update names a wrong tensor";
+        return false;
+      }
+      const plan::Tensor &s = p.tensors(u.state()), &v = p.tensors(u.updated());
+      if (planTensorBytes(s) != planTensorBytes(v) || s.type() != v.type()) {
+        error = "program '" + prog.name() + "': the update of state '" + s.name() +
+                "' has another type";
+        return false;
+      }
+    }
+  }
+  for (const plan::Parameter &param : p.parameters())
+    if (!tensorOk(param.state()) || p.tensors(param.state()).storage() != plan::STATE ||
+        (param.grad() != -1 && !tensorOk(param.grad()))) {
+      error = "parameter '" + param.onnx_name() + "' names a wrong tensor";
+      return false;
+    }
+  return true;
+}
+
+} // namespace ampc::rt

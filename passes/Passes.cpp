@@ -9,6 +9,8 @@ namespace ampc {
 void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
+    registerAutocastPass();
+    registerAutodiffPass();
     registerCanonicalizePass();
     registerConstantFoldPass();
     registerCSEPass();

@@ -23,6 +23,10 @@ void registerDeadCodeEliminationPass();
 void registerCSEPass();
 void registerSimplifyPass();
 void registerCanonicalizePass();
+// Training (ampc/Passes/Autodiff.h).
+void registerAutodiffPass();
+// Mixed precision (ampc/Passes/Autocast.h).
+void registerAutocastPass();
 
 /// Evaluates nodes whose operands are all constants (and Shape/Size of any
 /// static value) with the reference interpreter, replacing their results by

@@ -10,7 +10,6 @@ void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     registerAutocastPass();
-    registerAutodiffPass();
     registerCanonicalizePass();
     registerConstantFoldPass();
     registerCSEPass();

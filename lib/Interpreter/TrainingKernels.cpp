@@ -4,6 +4,22 @@
 
 namespace ampc::interp {
 
-void registerTrainingKernels(KernelTable &t) { (void)t; }
+namespace {
+
+KernelResult allFiniteKernel(const KernelContext &ctx) {
+  bool finite = true;
+  for (unsigned i = 0; i < ctx.numInputs() && finite; ++i) {
+    const Tensor &t = *ctx.in(i);
+    for (int64_t e = 0; e < t.size() && finite; ++e)
+      finite = std::isfinite(t.getDouble(e));
+  }
+  Tensor y = ctx.out();
+  y.setInt(0, finite);
+  return std::vector<Tensor>{std::move(y)};
+}
+
+} // namespace
+
+void registerTrainingKernels(KernelTable &t) { t.add("ampc.AllFinite", allFiniteKernel); }
 
 } // namespace ampc::interp

@@ -159,6 +159,7 @@ private:
 
 /// Registration hooks of each kernel file (called once by the backend).
 void registerFusedKernels();
+void registerTrainingKernels();
 void registerAllCpuKernels();
 
 } // namespace ampc::rt::cpu

@@ -5,6 +5,9 @@
 namespace ampc::rt::cpu {
 
 // Each kernel file registers its ops; list new files here.
-void registerAllCpuKernels() { registerFusedKernels(); }
+void registerAllCpuKernels() {
+  registerFusedKernels();
+  registerTrainingKernels();
+}
 
 } // namespace ampc::rt::cpu

@@ -232,6 +232,7 @@ private:
   void removeUnusedConstants();
   Value *convert(Value *v, DType t, Node *consumer);
   Value *convertConstant(Value *v, const Tensor &data, DType t);
+  void warnIfOverflows(const Value *param, DType t);
 
   // Report.
   void record();
@@ -259,10 +260,12 @@ private:
   std::unordered_map<const Node *, std::vector<DType>> originalInputTypes_;
   std::vector<DType> originalOutputTypes_;
 
+  /// Initializers and Constant node results converted at compile time.
+  std::vector<Value *> convertedConstants_;
   /// (value, type) -> the value converted to that type.
   std::map<std::pair<const Value *, DType>, Value *> cache_;
   std::set<const Node *> insertedCasts_, weightCasts_;
-  std::vector<Value *> convertedConstants_;
+  std::vector<std::string> constantLines_;
 };
 
 llvm::Error Autocaster::checkForcedNodes() {
@@ -339,7 +342,7 @@ void Autocaster::classify(FloatNode &f) {
     f.kind = Kind::Fixed;
     f.reason = "already " + shortDTypeName(f.computeType) + " in the model";
     if (forced != forcedNodes.end())
-      result_.remarks.push_back("autocast: node " + quoted(&n) + " (" + forced->second.origin +
+      result_.remarks.push_back("node " + quoted(&n) + " (" + forced->second.origin +
                                 ") is " + shortDTypeName(f.computeType) +
                                 " in the model; left as is");
     return;
@@ -353,7 +356,7 @@ void Autocaster::classify(FloatNode &f) {
     f.kind = Kind::Fixed;
     f.reason = listReason(f) + ", kept fp32: " + *why;
     if (forced != forcedNodes.end())
-      result_.remarks.push_back("autocast: node " + quoted(&n) + " stays fp32 although " +
+      result_.remarks.push_back("node " + quoted(&n) + " stays fp32 although " +
                                 forced->second.origin + " asks for " + lowName() + ": " + *why);
     return;
   }
@@ -361,8 +364,9 @@ void Autocaster::classify(FloatNode &f) {
   if (forced != forcedNodes.end()) {
     if (constant) {
       f.kind = Kind::Deny;
-      f.reason = *constant;
-      result_.remarks.push_back("autocast: node " + quoted(&n) + " stays fp32 although " +
+      f.reason = "forced " + lowName() + " by the user (" + forced->second.origin +
+                 "), kept fp32: " + *constant;
+      result_.remarks.push_back("node " + quoted(&n) + " stays fp32 although " +
                                 forced->second.origin + " asks for " + lowName() + ": " +
                                 *constant);
       return;
@@ -378,7 +382,7 @@ void Autocaster::classify(FloatNode &f) {
   }
   if (constant) {
     f.kind = Kind::Deny;
-    f.reason = *constant;
+    f.reason = listReason(f) + ", kept fp32: " + *constant;
     return;
   }
   f.kind = kindOf(*f.listClass);
@@ -556,11 +560,20 @@ void Autocaster::chooseModelCastTargets() {
 Value *Autocaster::convertConstant(Value *v, const Tensor &data, DType t) {
   Value *c =
       g_.addInitializer(v->name() + "_" + shortDTypeName(t), data.castTo(t), /*constant=*/true);
-  if (v->isInitializer())
-    convertedConstants_.push_back(v);
-  result_.castLines.push_back("constant " + v->name() + " -> " + c->name() + " (" +
-                              shortDTypeName(t) + ", converted at compile time)");
+  convertedConstants_.push_back(v);
+  constantLines_.push_back("constant " + v->name() + " -> " + c->name() + " (" +
+                           shortDTypeName(t) + ", converted at compile time)");
   return c;
+}
+
+// Parameters change while training, so their weight casts are made anyway;
+// but a value that is already out of range deserves a word.
+void Autocaster::warnIfOverflows(const Value *param, DType t) {
+  if (!isLowPrecision(t) || !param->data())
+    return;
+  if (auto why = unrepresentable(*param->data(), t))
+    result_.remarks.push_back("parameter '" + param->name() + "' " + *why +
+                              ": its weight cast changes it");
 }
 
 Value *Autocaster::convert(Value *v, DType t, Node *consumer) {
@@ -581,11 +594,10 @@ Value *Autocaster::convert(Value *v, DType t, Node *consumer) {
                                {name});
     c = cast->output();
     insertedCasts_.insert(cast);
-    bool weight = v->isParameter();
-    if (weight)
+    if (v->isParameter()) {
       weightCasts_.insert(cast);
-    result_.castLines.push_back("cast " + v->name() + " -> " + c->name() + " (" +
-                                shortDTypeName(t) + (weight ? ", weight cast" : "") + ")");
+      warnIfOverflows(v, t);
+    }
   }
   cache_[key] = c;
   // Casting back gives the original value, never a round trip.
@@ -679,9 +691,14 @@ void Autocaster::restoreGraphOutputTypes() {
 
 void Autocaster::removeUnusedConstants() {
   std::set<Value *> seen;
-  for (Value *v : convertedConstants_)
-    if (seen.insert(v).second && v->isDead())
+  for (Value *v : convertedConstants_) {
+    if (!seen.insert(v).second || !v->isDead())
+      continue;
+    if (Node *constant = v->producer())
+      g_.eraseNode(constant);
+    else
       g_.removeValue(v);
+  }
 }
 
 void Autocaster::rewrite() {
@@ -722,6 +739,15 @@ void Autocaster::record() {
   }
   result_.casts = static_cast<unsigned>(insertedCasts_.size());
   result_.weightCasts = static_cast<unsigned>(weightCasts_.size());
+
+  // Casts are listed once the graph has its final names.
+  for (const Node *n : g_.nodes())
+    if (insertedCasts_.count(n))
+      result_.castLines.push_back("cast " + n->input(0)->name() + " -> " + n->output()->name() +
+                                  " (" + shortDTypeName(n->output()->dtype()) +
+                                  (weightCasts_.count(n) ? ", weight cast" : "") + ")");
+  for (const std::string &line : constantLines_)
+    result_.castLines.push_back(line);
 
   for (const Node *n : g_.nodes()) {
     if (n->is("Cast")) {
@@ -773,7 +799,7 @@ public:
     for (const auto &[node, colour] : result->colors)
       ctx.dotColors[node] = colour;
     for (const std::string &remark : result->remarks)
-      ctx.remarks.push_back(remark);
+      ctx.remarks.push_back("autocast: " + remark);
     return llvm::Error::success();
   }
 
@@ -846,6 +872,8 @@ std::string AutocastResult::report() const {
     row(r.node, r.op, r.precision, r.reason);
   for (const std::string &line : castLines)
     os << line << "\n";
+  for (const std::string &remark : remarks)
+    os << "note: " << remark << "\n";
   os << summaryLine() << "\n";
   return os.str();
 }

@@ -46,7 +46,8 @@ struct AutocastResult {
   std::vector<std::string> castLines;
   /// Graphviz colours: low precision, fp32 and cast nodes.
   std::map<const Node *, std::string> colors;
-  /// Things the user should see even without --emit=report.
+  /// Things the user should see even without --emit=report (the pass
+  /// prints them as remarks; the report lists them as notes).
   std::vector<std::string> remarks;
 
   /// "autocast: N/M float nodes in fp16, K casts (W weight casts)".

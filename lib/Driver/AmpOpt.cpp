@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 
 namespace cl = llvm::cl;
 
@@ -66,6 +67,13 @@ cl::opt<std::string> precision(
              "precision of the training step"),
     cl::value_desc("fp32|fp16|bf16"), cl::init(""), cl::cat(kGeneral));
 
+cl::opt<bool> train(
+    "train",
+    cl::desc("Build the whole training step: canonicalize, autocast (with --precision=fp16|bf16), "
+             "autodiff, accumulate (with --accumulate=N), loss-scale, optimizer, canonicalize. "
+             "--loss-scale=..., --optimizer=... and --accumulate=... then set those stages"),
+    cl::cat(kGeneral));
+
 /// Top-level flags that set an option of a pass wherever that pass runs (from
 /// its own flag, a pipeline string, --precision or --train), unless the pass's
 /// own option text sets it. Passes own the meaning; this table only routes.
@@ -84,6 +92,21 @@ const ForwardedFlag kForwardedFlags[] = {
     {"loss", "autodiff", "loss", "The loss to differentiate (a scalar float graph output)"},
     {"params", "autodiff", "params", "Parameters to train: all, or n1,n2,..."},
     {"freeze", "autodiff", "freeze", "Parameters not to train: n1,n2,..."},
+    {"loss-scale-init", "loss-scale", "init", "Initial loss scale (65536)"},
+    {"loss-scale-growth-factor", "loss-scale", "growth-factor", "Loss scale growth factor (2)"},
+    {"loss-scale-backoff", "loss-scale", "backoff", "Loss scale backoff factor (0.5)"},
+    {"loss-scale-growth-interval", "loss-scale", "growth-interval",
+     "Clean steps before the loss scale grows (2000)"},
+    {"loss-scale-min", "loss-scale", "min", "Smallest loss scale (default: none)"},
+    {"lr", "optimizer", "lr", "Learning rate (the default of the step's 'lr' input)"},
+    {"momentum", "optimizer", "momentum", "SGD momentum"},
+    {"dampening", "optimizer", "dampening", "SGD dampening"},
+    {"nesterov", "optimizer", "nesterov", "SGD Nesterov momentum"},
+    {"weight-decay", "optimizer", "weight-decay", "Weight decay (sgd: 0, adamw: 0.01)"},
+    {"beta1", "optimizer", "beta1", "AdamW beta1 (0.9)"},
+    {"beta2", "optimizer", "beta2", "AdamW beta2 (0.999)"},
+    {"eps", "optimizer", "eps", "AdamW epsilon (1e-8)"},
+    {"clip-grad-norm", "optimizer", "clip-grad-norm", "Clip gradients to this global L2 norm"},
 };
 
 /// The cl::opt objects of kForwardedFlags, created in ampOptMain.
@@ -111,7 +134,7 @@ std::string withForwardedOptions(llvm::StringRef pass, llvm::StringRef options) 
     if (llvm::StringRef(" " + out).contains(" " + std::string(f.option) + "=") ||
         llvm::StringRef("," + out).contains("," + std::string(f.option) + "="))
       continue;
-    std::string value = opt;
+    std::string value = opt.empty() ? "true" : opt.getValue(); // --nesterov alone
     if (llvm::StringRef(value).contains(','))
       value = "[" + value + "]";
     out += (out.empty() ? "" : " ") + std::string(f.option) + "=" + value;
@@ -152,8 +175,49 @@ struct PipelineItem {
   std::string argument; ///< pass options or the pipeline text
 };
 
+/// The passes of --train; their own flags give their options.
+const char *const kTrainStages[] = {"autodiff", "accumulate", "loss-scale", "optimizer"};
+
+llvm::Error buildTrainPipeline(PassManager &pm,
+                               const std::vector<std::unique_ptr<cl::list<std::string>>> &passFlags) {
+  std::map<std::string, std::string> stageOptions;
+  for (const auto &flag : passFlags) {
+    if (flag->empty())
+      continue;
+    std::string name = flag->ArgStr.str();
+    if (std::find(std::begin(kTrainStages), std::end(kTrainStages), name) == std::end(kTrainStages))
+      return makeError("--train builds the whole pipeline; --" + name + " cannot be added to it");
+    stageOptions[name] = (*flag)[flag->size() - 1];
+  }
+  if (!pipelines.empty())
+    return makeError("--train builds the whole pipeline; it cannot be combined with --pass-pipeline");
+  if (precision.getNumOccurrences() && precision != "fp32" && precision != "fp16" &&
+      precision != "bf16")
+    return makeError("--precision must be fp32, fp16 or bf16, got '" + precision + "'");
+  auto add = [&](llvm::StringRef name, std::string options) {
+    return pm.addPass(name, withForwardedOptions(name, options));
+  };
+  if (auto err = add("canonicalize", ""))
+    return err;
+  if (precision == "fp16" || precision == "bf16")
+    if (auto err = add("autocast", "dtype=" + precision.getValue()))
+      return err;
+  if (auto err = add("autodiff", stageOptions["autodiff"]))
+    return err;
+  if (stageOptions.count("accumulate"))
+    if (auto err = add("accumulate", stageOptions["accumulate"]))
+      return err;
+  if (auto err = add("loss-scale", stageOptions["loss-scale"]))
+    return err;
+  if (auto err = add("optimizer", stageOptions["optimizer"]))
+    return err;
+  return add("canonicalize", "");
+}
+
 llvm::Error buildPipeline(PassManager &pm,
                           const std::vector<std::unique_ptr<cl::list<std::string>>> &passFlags) {
+  if (train)
+    return buildTrainPipeline(pm, passFlags);
   std::vector<PipelineItem> items;
   for (const auto &flag : passFlags)
     for (unsigned i = 0; i < flag->size(); ++i)
@@ -336,7 +400,8 @@ int ampOptMain(int argc, char **argv) {
   }
   for (const ForwardedFlag &f : kForwardedFlags)
     forwardedOpts().push_back(std::make_unique<cl::opt<std::string>>(
-        llvm::StringRef(f.flag), cl::desc(f.help), cl::value_desc("value"), cl::cat(kGeneral)));
+        llvm::StringRef(f.flag), cl::desc(f.help), cl::value_desc("value"), cl::ValueOptional,
+        cl::cat(kGeneral)));
   cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "amp-opt (ampc) 0.1.0\n"; });
   cl::HideUnrelatedOptions({&kGeneral, &kPasses});
   cl::ParseCommandLineOptions(argc, argv,

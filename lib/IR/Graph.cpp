@@ -312,6 +312,10 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
                         const std::vector<TensorType> &outputTypes,
                         std::map<std::string, Attribute> attrs, std::string name,
                         std::string domain, const std::vector<std::string> &outputNames) {
+  // A node of another domain (ampc's own) needs that domain imported, at its
+  // only version so far.
+  if (!domain.empty() && !opsets.count(domain))
+    opsets[domain] = 1;
   std::unique_ptr<Node> node(new Node(this, std::move(opType), std::move(domain), std::move(name)));
   Node *n = node.get();
   n->attrs_ = std::move(attrs);

@@ -46,11 +46,8 @@ bool isFusableElementwise(const Node &n) {
   return true;
 }
 
-std::vector<FusionGroup> findFusionGroups(const Graph &g, bool fuse, size_t maxNodes,
-                                          size_t maxInputs) {
-  std::vector<const Node *> order = {};
-  for (const Node *n : g.nodes())
-    order.push_back(n);
+std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
+                                          size_t maxNodes, size_t maxInputs) {
   std::unordered_map<const Node *, size_t> position;
   for (size_t i = 0; i < order.size(); ++i)
     position[order[i]] = i;
@@ -87,7 +84,8 @@ std::vector<FusionGroup> findFusionGroups(const Graph &g, bool fuse, size_t maxN
       for (const Use &u : m->output()->uses()) {
         auto it = groupOf.find(u.user);
         bool inGroup = it != groupOf.end() && it->second == gi;
-        if (!inGroup && u.user != n && position[u.user] < pos)
+        auto userPos = position.find(u.user);
+        if (!inGroup && u.user != n && userPos != position.end() && userPos->second < pos)
           return false;
       }
     return inputCount(grp, n) <= maxInputs;

@@ -22,7 +22,7 @@ bool isFusableElementwise(const Node &n);
 /// one of its producers when the result shapes agree and no value of the group
 /// is needed by an unfused node placed before it. Every fusable node belongs
 /// to exactly one group (possibly of one node).
-std::vector<FusionGroup> findFusionGroups(const Graph &g, bool fuse, size_t maxNodes = 48,
-                                          size_t maxInputs = 12);
+std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
+                                          size_t maxNodes = 48, size_t maxInputs = 12);
 
 } // namespace ampc

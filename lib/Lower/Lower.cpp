@@ -12,6 +12,7 @@
 #include "plan.pb.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -64,6 +65,9 @@ public:
   llvm::Expected<plan::Plan> run() {
     p_.set_version(rt::kPlanVersion);
     p_.set_producer("amp-opt (ampc) 0.1.0");
+    for (const auto &[k, v] : g_.metadata)
+      if (llvm::StringRef(k).startswith(kInfoPrefix))
+        (*p_.mutable_info())[k.substr(std::strlen(kInfoPrefix))] = v;
     for (const auto &[k, v] : opts_.info)
       (*p_.mutable_info())[k] = v;
     p_.set_original_model(opts_.originalModel);
@@ -71,16 +75,22 @@ public:
       stateOf_[b.state] = b.updated;
       updatedStates_.insert(b.updated);
     }
+    auto specs = splitPrograms();
+    if (!specs)
+      return specs.takeError();
     createValueTensors();
-    plan::Program &prog = *p_.add_programs();
-    prog.set_name("step");
-    if (auto err = emitSteps(prog))
-      return std::move(err);
-    bindInputsAndOutputs(prog);
-    makeUpdatesInPlace(prog);
-    planArena(prog);
+    for (const ProgramSpec &spec : *specs) {
+      plan::Program &prog = *p_.add_programs();
+      prog.set_name(spec.name);
+      emitSteps(prog, spec.nodes);
+      bindInputsAndOutputs(prog, spec);
+      makeUpdatesInPlace(prog, spec);
+      prog.set_launches(prog.steps_size());
+    }
+    for (int i = 0; i < p_.programs_size(); ++i)
+      planArena(p_.programs(i));
+    finishMemoryStats();
     addParameters();
-    prog.set_launches(prog.steps_size());
     return std::move(p_);
   }
 
@@ -112,6 +122,82 @@ private:
     t.set_storage(p_.tensors(base).storage());
     t.set_offset(0);
     t.clear_data();
+  }
+
+  struct ProgramSpec {
+    std::string name;
+    std::vector<const Node *> nodes; ///< in graph order
+    std::vector<const Value *> outputs;
+    std::vector<StateBinding> updates;
+  };
+
+  /// The nodes needed to compute `roots`, in graph order.
+  std::vector<const Node *> slice(const std::vector<const Value *> &roots) const {
+    std::unordered_set<const Node *> needed;
+    std::vector<const Value *> work = roots;
+    while (!work.empty()) {
+      const Value *v = work.back();
+      work.pop_back();
+      const Node *n = v ? v->producer() : nullptr;
+      if (!n || !needed.insert(n).second)
+        continue;
+      for (const Value *in : n->inputs())
+        work.push_back(in);
+    }
+    std::vector<const Node *> out;
+    for (const Node *n : g_.nodes())
+      if (needed.count(n))
+        out.push_back(n);
+    return out;
+  }
+
+  /// One "step" program, or "accumulate" and "apply" when the graph
+  /// accumulates gradients (passes/Accumulate.cpp).
+  llvm::Expected<std::vector<ProgramSpec>> splitPrograms() const {
+    std::vector<const Value *> plainOutputs;
+    for (const Value *v : g_.outputs())
+      if (!updatedStates_.count(v) &&
+          std::find(plainOutputs.begin(), plainOutputs.end(), v) == plainOutputs.end())
+        plainOutputs.push_back(v);
+    auto acc = g_.metadata.find(kAccumulateStatesKey);
+    if (acc == g_.metadata.end()) {
+      ProgramSpec step{"step", {}, plainOutputs, g_.stateBindings};
+      for (const Node *n : g_.nodes())
+        step.nodes.push_back(n);
+      return std::vector<ProgramSpec>{step};
+    }
+    std::set<std::string> accStates;
+    llvm::SmallVector<llvm::StringRef> names;
+    llvm::StringRef(acc->second).split(names, ',', -1, false);
+    for (llvm::StringRef n : names)
+      accStates.insert(n.str());
+    auto lossIt = g_.metadata.find(std::string(kInfoPrefix) + "output.loss");
+    std::string loss = lossIt == g_.metadata.end() ? "" : lossIt->second;
+    ProgramSpec accumulate{"accumulate", {}, {}, {}}, apply{"apply", {}, {}, {}};
+    std::vector<const Value *> accRoots, applyRoots;
+    for (const StateBinding &b : g_.stateBindings) {
+      bool isAcc = accStates.count(b.state->name());
+      (isAcc ? accumulate : apply).updates.push_back(b);
+      (isAcc ? accRoots : applyRoots).push_back(b.updated);
+    }
+    for (const Value *v : plainOutputs) {
+      bool isLoss = v->name() == loss;
+      (isLoss ? accumulate : apply).outputs.push_back(v);
+      (isLoss ? accRoots : applyRoots).push_back(v);
+    }
+    accumulate.nodes = slice(accRoots);
+    apply.nodes = slice(applyRoots);
+    std::unordered_set<const Node *> inAcc(accumulate.nodes.begin(), accumulate.nodes.end());
+    for (const Node *n : apply.nodes) {
+      if (inAcc.count(n))
+        return makeError("node '" + n->displayName() +
+                         "' is needed by both the accumulate and the apply program");
+      for (const Value *v : n->inputs())
+        if (v && v->producer() && inAcc.count(v->producer()))
+          return makeError("the apply program reads '" + v->name() +
+                           "', computed by the accumulate program (only state crosses programs)");
+    }
+    return std::vector<ProgramSpec>{accumulate, apply};
   }
 
   void createValueTensors() {
@@ -176,13 +262,13 @@ private:
     }
   }
 
-  llvm::Error emitSteps(plan::Program &prog) {
-    std::vector<FusionGroup> groups = findFusionGroups(g_, opts_.fuseElementwise);
+  void emitSteps(plan::Program &prog, const std::vector<const Node *> &nodes) {
+    std::vector<FusionGroup> groups = findFusionGroups(nodes, opts_.fuseElementwise);
     std::unordered_map<const Node *, size_t> groupOf;
     for (size_t i = 0; i < groups.size(); ++i)
       for (const Node *n : groups[i].nodes)
         groupOf[n] = i;
-    for (const Node *n : g_.nodes()) {
+    for (const Node *n : nodes) {
       if (isView(*n))
         continue;
       auto it = groupOf.find(n);
@@ -193,7 +279,6 @@ private:
       if (groups[it->second].nodes.back() == n)
         emitGroup(prog, groups[it->second]);
     }
-    return llvm::Error::success();
   }
 
   void noteStep(plan::Program &prog, const std::vector<const Value *> &defined) {
@@ -319,9 +404,15 @@ private:
         p_.mutable_tensors(tensorOf(n->output()))->set_storage(plan::VIRTUAL);
   }
 
-  void bindInputsAndOutputs(plan::Program &prog) {
+  void bindInputsAndOutputs(plan::Program &prog, const ProgramSpec &spec) {
+    std::unordered_set<const Value *> read;
+    for (const Node *n : spec.nodes)
+      for (const Value *v : n->inputs())
+        read.insert(v);
+    for (const Value *v : spec.outputs)
+      read.insert(v);
     for (const Value *v : g_.inputs()) {
-      if (stateOf_.count(v))
+      if (stateOf_.count(v) || !read.count(v))
         continue;
       plan::Binding &b = *prog.add_inputs();
       b.set_name(v->name());
@@ -332,15 +423,12 @@ private:
                                        v->data()->byteSize()));
       }
     }
-    std::set<const Value *> seen;
-    for (const Value *v : g_.outputs()) {
-      if (updatedStates_.count(v) || !seen.insert(v).second)
-        continue;
+    for (const Value *v : spec.outputs) {
       plan::Binding &b = *prog.add_outputs();
       b.set_name(v->name());
       b.set_tensor(tensorOf(v));
     }
-    for (const StateBinding &sb : g_.stateBindings) {
+    for (const StateBinding &sb : spec.updates) {
       plan::StateUpdate &u = *prog.add_updates();
       u.set_state(tensorOf(sb.state));
       u.set_updated(tensorOf(sb.updated));
@@ -359,10 +447,10 @@ private:
 
   /// An update computed by a fused step after the last read of its state is
   /// written straight into the state: no copy, no arena buffer.
-  void makeUpdatesInPlace(plan::Program &prog) {
+  void makeUpdatesInPlace(plan::Program &prog, const ProgramSpec &spec) {
     auto last = lastReads(prog);
     std::unordered_set<int> used;
-    for (const StateBinding &sb : g_.stateBindings) {
+    for (const StateBinding &sb : spec.updates) {
       auto step = stepOf_.find(sb.updated);
       if (step == stepOf_.end() || prog.steps(step->second).op() != "ampc.Fused")
         continue;
@@ -406,7 +494,8 @@ private:
     std::vector<int> ids;
     for (int i = 0; i < p_.tensors_size(); ++i) {
       const plan::Tensor &t = p_.tensors(i);
-      if (t.storage() != plan::ARENA || t.has_view_of())
+      // Only this program's buffers: those it writes or binds.
+      if (t.storage() != plan::ARENA || t.has_view_of() || start[i] < 0)
         continue;
       int s = std::max(start[i], 0);
       int e = std::max(end[i], s);
@@ -416,10 +505,15 @@ private:
     MemoryPlan mp = planMemory(reqs);
     for (size_t k = 0; k < ids.size(); ++k)
       p_.mutable_tensors(ids[k])->set_offset(mp.offsets[k]);
+    // Programs run one after the other: they share the arena.
     plan::MemoryStats &m = *p_.mutable_memory();
-    m.set_arena_bytes(mp.arenaBytes);
-    m.set_lower_bound_bytes(mp.lowerBoundBytes);
-    m.set_unplanned_bytes(mp.unplannedBytes);
+    m.set_arena_bytes(std::max(m.arena_bytes(), mp.arenaBytes));
+    m.set_lower_bound_bytes(std::max(m.lower_bound_bytes(), mp.lowerBoundBytes));
+    m.set_unplanned_bytes(m.unplanned_bytes() + mp.unplannedBytes);
+  }
+
+  void finishMemoryStats() {
+    plan::MemoryStats &m = *p_.mutable_memory();
     uint64_t state = 0, constants = 0;
     for (const plan::Tensor &t : p_.tensors()) {
       if (t.has_view_of())

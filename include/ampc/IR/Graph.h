@@ -343,6 +343,13 @@ inline constexpr const char *kUpdateBindingKey = "ampc.update_binding";
 /// inputs, which torch uses for parameters; this key tells ampc's own apart.
 inline constexpr const char *kInputDefaultsKey = "ampc.input_defaults";
 
+/// Training-step facts for the runtime: metadata "ampc.info.<key>" becomes the
+/// plan's info[<key>] (output names, optimizer, loss scaling...).
+inline constexpr const char *kInfoPrefix = "ampc.info.";
+/// The states the accumulate program updates (comma separated); the others
+/// belong to the apply program (see passes/Accumulate.cpp).
+inline constexpr const char *kAccumulateStatesKey = "ampc.program.accumulate";
+
 /// g.metadata plus the entries above, as written to a model.
 std::map<std::string, std::string> metadataWithIRFacts(const Graph &g);
 /// Reads the entries above back from g.metadata into the IR (and removes

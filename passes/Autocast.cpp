@@ -645,6 +645,8 @@ void Autocaster::rewriteModelCast(Node *cast) {
   }
   if (isExactWidening(in->dtype(), out->dtype()))
     cache_[{out, in->dtype()}] = in;
+  if (!retarget_.count(cast) && in->dtype() != out->dtype())
+    note += ", kept";
   modelCastNotes_[cast] = note;
 }
 

@@ -166,6 +166,19 @@ llvm::Expected<std::vector<Tensor>> evaluateNode(const Node &n,
 }
 
 llvm::Expected<std::vector<Tensor>> Interpreter::run(const std::map<std::string, Tensor> &feeds) {
+  std::vector<const Value *> outputs(g_.outputs().begin(), g_.outputs().end());
+  return execute(feeds, outputs, /*onlyNeeded=*/false);
+}
+
+llvm::Expected<std::vector<Tensor>>
+Interpreter::runFor(const std::map<std::string, Tensor> &feeds,
+                    const std::vector<const Value *> &wanted) {
+  return execute(feeds, wanted, /*onlyNeeded=*/true);
+}
+
+llvm::Expected<std::vector<Tensor>>
+Interpreter::execute(const std::map<std::string, Tensor> &feeds,
+                     const std::vector<const Value *> &wanted, bool onlyNeeded) {
   env_.clear();
   for (const auto &[name, t] : feeds) {
     const Value *v = g_.findValue(name);
@@ -179,16 +192,29 @@ llvm::Expected<std::vector<Tensor>> Interpreter::run(const std::map<std::string,
     auto it = feeds.find(v->name());
     return it == feeds.end() ? nullptr : &it->second;
   };
-  for (const Value *v : g_.inputs())
-    if (!lookupFeed(v) && !v->hasDefault())
-      return makeError("no feed for graph input '" + v->name() + "'");
 
-  // Remaining uses per value, to free intermediates early.
-  std::unordered_map<const Value *, size_t> remaining;
-  for (const Node *n : g_.nodes())
-    for (const Value *v : n->inputs())
-      if (v)
-        ++remaining[v];
+  // The nodes to run: all, or those the wanted values depend on.
+  std::vector<const Node *> nodes;
+  if (onlyNeeded) {
+    std::unordered_map<const Node *, bool> needed;
+    std::vector<const Value *> work(wanted.begin(), wanted.end());
+    while (!work.empty()) {
+      const Value *v = work.back();
+      work.pop_back();
+      const Node *n = v ? v->producer() : nullptr;
+      if (!n || needed[n])
+        continue;
+      needed[n] = true;
+      for (const Value *in : n->inputs())
+        work.push_back(in);
+    }
+    for (const Node *n : g_.nodes())
+      if (needed.count(n))
+        nodes.push_back(n);
+  } else {
+    for (const Node *n : g_.nodes())
+      nodes.push_back(n);
+  }
 
   auto valueTensor = [&](const Value *v) -> const Tensor * {
     if (const Tensor *t = lookupFeed(v))
@@ -198,10 +224,29 @@ llvm::Expected<std::vector<Tensor>> Interpreter::run(const std::map<std::string,
     auto it = env_.find(v);
     return it == env_.end() ? nullptr : &it->second;
   };
+  auto missingFeed = [&](const Value *v) {
+    return v->isGraphInput() && !lookupFeed(v) && !v->hasDefault();
+  };
+  if (!onlyNeeded)
+    for (const Value *v : g_.inputs())
+      if (missingFeed(v))
+        return makeError("no feed for graph input '" + v->name() + "'");
 
-  for (const Node *n : g_.nodes()) {
+  // Remaining uses per value, to free intermediates early.
+  std::unordered_map<const Value *, size_t> remaining;
+  for (const Node *n : nodes)
+    for (const Value *v : n->inputs())
+      if (v)
+        ++remaining[v];
+  std::unordered_map<const Value *, bool> keep;
+  for (const Value *v : wanted)
+    keep[v] = true;
+
+  for (const Node *n : nodes) {
     std::vector<const Tensor *> operands;
     for (const Value *v : n->inputs()) {
+      if (v && missingFeed(v))
+        return makeError("no feed for graph input '" + v->name() + "'");
       const Tensor *t = v ? valueTensor(v) : nullptr;
       if (v && !t)
         return makeError("value '" + v->name() + "' is used before it is computed");
@@ -215,14 +260,16 @@ llvm::Expected<std::vector<Tensor>> Interpreter::run(const std::map<std::string,
         env_[v] = std::move((*results)[i]);
     if (!opts_.keepAll)
       for (const Value *v : n->inputs())
-        if (v && --remaining[v] == 0 && !v->isGraphOutput() && v->producer())
+        if (v && --remaining[v] == 0 && !keep.count(v) && !v->isGraphOutput() && v->producer())
           env_.erase(v);
   }
   std::vector<Tensor> outputs;
-  for (const Value *v : g_.outputs()) {
+  for (const Value *v : wanted) {
+    if (v && missingFeed(v))
+      return makeError("no feed for graph input '" + v->name() + "'");
     const Tensor *t = valueTensor(v);
     if (!t)
-      return makeError("graph output '" + v->name() + "' was not computed");
+      return makeError("value '" + v->name() + "' was not computed");
     outputs.push_back(*t);
   }
   return outputs;

@@ -47,10 +47,19 @@ public:
   /// overridden too); the result holds the graph outputs in order.
   llvm::Expected<std::vector<Tensor>> run(const std::map<std::string, Tensor> &feeds);
 
+  /// Runs only the nodes needed for `wanted` and returns their values, in
+  /// order (a program of a training step, for instance). Only the inputs those
+  /// nodes read need feeds.
+  llvm::Expected<std::vector<Tensor>> runFor(const std::map<std::string, Tensor> &feeds,
+                                             const std::vector<const Value *> &wanted);
+
   /// After run() with keepAll: the value computed for v (nullptr if none).
   const Tensor *valueOf(const Value *v) const;
 
 private:
+  llvm::Expected<std::vector<Tensor>> execute(const std::map<std::string, Tensor> &feeds,
+                                              const std::vector<const Value *> &wanted,
+                                              bool onlyNeeded);
   const Graph &g_;
   InterpreterOptions opts_;
   std::unordered_map<const Value *, Tensor> env_;

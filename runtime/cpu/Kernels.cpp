@@ -1,13 +1,14 @@
 //===- Kernels.cpp - Registration of every CPU kernel ----------------------===//
 
 #include "Kernel.h"
+#include "KernelHelpers.h"
 
 namespace ampc::rt::cpu {
 
 // Each kernel file registers its ops; list new files here.
 void registerAllCpuKernels() {
   registerFusedKernels();
-  registerTrainingKernels();
+  registerGemmKernels();
 }
 
 } // namespace ampc::rt::cpu

@@ -1,0 +1,416 @@
+//===- CpuKernelTest.cpp - CPU kernels against the reference interpreter ---===//
+//
+// Every case is a small ONNX model (text, with `T` standing for the element
+// type under test) run on random inputs twice: by the reference interpreter
+// (double math, one rounding per stored value) and through lowerToPlan and
+// the CPU backend, with 1 and 2 threads. Checks:
+//   - each result against the interpreter, element by element:
+//       |cpu - ref| <= relTol(T) * |ref| + 1e-5 * max|ref| (+ 2^-24 for fp16)
+//     relTol: fp32 0 (the 1e-5 term covers fp32 math against double math),
+//     fp16 2^-10 and bf16 2^-7: one ulp of the stored result, since both
+//     sides round a result that differs only by fp32-vs-double math to
+//     nearest even, which can land one ulp apart. Integer and bool results
+//     must be equal;
+//   - determinism: a second run with the same thread count is bitwise equal;
+//   - 1 thread against 2 threads: within the same tolerance.
+// A compact table (op, dtype, cases, largest error relative to max|ref|) is
+// printed at the end.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampc/Interpreter/Interpreter.h"
+#include "ampc/Lower/Lower.h"
+#include "ampc/ONNX/Import.h"
+#include "ampc/rt/Backend.h"
+#include "ampc/rt/Session.h"
+
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <random>
+
+using namespace ampc;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Harness
+//===----------------------------------------------------------------------===//
+
+struct Row {
+  int cases = 0;
+  double maxErr = 0;
+};
+
+std::map<std::pair<std::string, std::string>, Row> &table() {
+  static std::map<std::pair<std::string, std::string>, Row> t;
+  return t;
+}
+
+const char *typeName(DType t) {
+  switch (t) {
+  case DType::F32:
+    return "float";
+  case DType::F16:
+    return "float16";
+  case DType::BF16:
+    return "bfloat16";
+  default:
+    return "?";
+  }
+}
+
+double relTol(DType t) {
+  switch (t) {
+  case DType::F16:
+    return std::ldexp(1.0, -10);
+  case DType::BF16:
+    return std::ldexp(1.0, -7);
+  default:
+    return 0.0;
+  }
+}
+
+rt::ElemType elemType(DType t) {
+  switch (t) {
+  case DType::F32:
+    return rt::ElemType::F32;
+  case DType::F16:
+    return rt::ElemType::F16;
+  case DType::BF16:
+    return rt::ElemType::BF16;
+  case DType::F64:
+    return rt::ElemType::F64;
+  case DType::I64:
+    return rt::ElemType::I64;
+  case DType::I32:
+    return rt::ElemType::I32;
+  case DType::I8:
+    return rt::ElemType::I8;
+  case DType::U8:
+    return rt::ElemType::U8;
+  case DType::Bool:
+    return rt::ElemType::Bool;
+  default:
+    return rt::ElemType::F32;
+  }
+}
+
+rt::HostArray toHost(const Tensor &t) {
+  rt::HostArray a;
+  a.type = elemType(t.dtype());
+  a.shape = t.shape();
+  a.bytes.assign(t.data(), t.data() + t.byteSize());
+  return a;
+}
+
+/// Generates the value of one graph input.
+using Generator = std::function<Tensor(const TensorType &, std::mt19937_64 &)>;
+
+Tensor uniform(const TensorType &type, std::mt19937_64 &rng, double lo = -1, double hi = 1) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(type.numElements());
+  for (double &x : v)
+    x = u(rng);
+  return Tensor::fromDoubles(type, v);
+}
+
+Generator uniformIn(double lo, double hi) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) { return uniform(t, rng, lo, hi); };
+}
+
+/// Integers in [lo, hi] (int64/int32 inputs: indices, labels).
+Generator intsIn(int64_t lo, int64_t hi) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_int_distribution<int64_t> u(lo, hi);
+    std::vector<int64_t> v(t.numElements());
+    for (int64_t &x : v)
+      x = u(rng);
+    return Tensor::fromInt64s(t, v);
+  };
+}
+
+Generator boolsWith(double pTrue) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) {
+    std::bernoulli_distribution u(pTrue);
+    std::vector<int64_t> v(t.numElements());
+    for (int64_t &x : v)
+      x = u(rng);
+    return Tensor::fromInt64s(t, v);
+  };
+}
+
+/// A fixed value (shape inputs and the like).
+Generator fixed(std::vector<double> values) {
+  return [=](const TensorType &t, std::mt19937_64 &) { return Tensor::fromDoubles(t, values); };
+}
+
+struct Case {
+  std::string op;    ///< row of the table
+  std::string model; ///< ONNX text; every standalone `T` becomes the type name
+  std::map<std::string, Generator> gens = {};
+  /// Multiplies the fp32 term of the tolerance (long reductions).
+  double f32Scale = 1.0;
+  /// Compare only these outputs (all when empty).
+  std::vector<std::string> only = {};
+};
+
+std::string substitute(const std::string &text, DType t) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    bool word = text[i] == 'T' && (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1]))) &&
+                (i + 1 == text.size() || !std::isalnum(static_cast<unsigned char>(text[i + 1])));
+    if (word && i + 1 < text.size() && (text[i + 1] == '[' || text[i + 1] == ' '))
+      out += typeName(t);
+    else
+      out += text[i];
+  }
+  return out;
+}
+
+struct RunResult {
+  std::vector<rt::HostArray> outputs;
+  bool ok = false;
+};
+
+RunResult runOnCpu(const plan::Plan &p, const std::map<std::string, Tensor> &feeds,
+                   const std::vector<std::string> &names, int threads, int runs,
+                   bool &bitwiseSame) {
+  RunResult r;
+  std::string error;
+  auto session = rt::Session::fromPlan(p, rt::createCpuBackend({threads}), error);
+  if (!session) {
+    ADD_FAILURE() << "load: " << error;
+    return r;
+  }
+  int prog = session->program("step");
+  for (const auto &[name, t] : feeds)
+    if (!session->feed(prog, name, toHost(t), "test", error)) {
+      ADD_FAILURE() << error;
+      return r;
+    }
+  bitwiseSame = true;
+  for (int run = 0; run < runs; ++run) {
+    if (!session->run(prog, error)) {
+      ADD_FAILURE() << "run: " << error;
+      return r;
+    }
+    std::vector<rt::HostArray> outs;
+    for (const std::string &n : names) {
+      rt::HostArray a;
+      if (!session->output(prog, n, a, error)) {
+        ADD_FAILURE() << "output: " << error;
+        return r;
+      }
+      outs.push_back(std::move(a));
+    }
+    if (run > 0)
+      for (size_t i = 0; i < outs.size(); ++i)
+        bitwiseSame = bitwiseSame && outs[i].bytes == r.outputs[i].bytes;
+    r.outputs = std::move(outs);
+  }
+  r.ok = true;
+  return r;
+}
+
+bool isFloatElem(rt::ElemType t) {
+  return t == rt::ElemType::F32 || t == rt::ElemType::F16 || t == rt::ElemType::BF16 ||
+         t == rt::ElemType::F64;
+}
+
+/// Largest |a - b| / max|b|, and whether every element is within tolerance.
+double compare(const rt::HostArray &a, const std::vector<double> &ref, rt::ElemType type,
+               double f32Scale, bool &within, std::string &where) {
+  within = true;
+  if (static_cast<size_t>(a.numElements()) != ref.size()) {
+    within = false;
+    where = "size differs";
+    return INFINITY;
+  }
+  double maxRef = 0;
+  for (double v : ref)
+    if (std::isfinite(v))
+      maxRef = std::max(maxRef, std::fabs(v));
+  double rel = type == rt::ElemType::F16 ? std::ldexp(1.0, -10)
+               : type == rt::ElemType::BF16 ? std::ldexp(1.0, -7)
+                                            : 0.0;
+  double absTol = 1e-5 * f32Scale * maxRef + (type == rt::ElemType::F16 ? std::ldexp(1.0, -24) : 0);
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    double x = a.at(static_cast<int64_t>(i)), y = ref[i];
+    if (!isFloatElem(type)) {
+      if (x != y && within) {
+        within = false;
+        where = "element " + std::to_string(i) + ": " + std::to_string(x) + " vs " + std::to_string(y);
+      }
+      continue;
+    }
+    if (std::isnan(y) || std::isinf(y)) {
+      bool same = std::isnan(y) ? std::isnan(x) : x == y;
+      if (!same && within) {
+        within = false;
+        where = "element " + std::to_string(i) + ": " + std::to_string(x) + " vs " + std::to_string(y);
+      }
+      continue;
+    }
+    double d = std::fabs(x - y);
+    if (!(d <= rel * std::fabs(y) + absTol) && within) {
+      within = false;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "element %zu: %.9g vs reference %.9g", i, x, y);
+      where = buf;
+    }
+    if (!(d == d))
+      d = INFINITY;
+    worst = std::max(worst, maxRef > 0 ? d / maxRef : d);
+  }
+  return worst;
+}
+
+std::vector<double> values(const rt::HostArray &a) {
+  std::vector<double> v(a.numElements());
+  for (int64_t i = 0; i < a.numElements(); ++i)
+    v[i] = a.at(i);
+  return v;
+}
+
+uint64_t caseSeed(const std::string &s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s)
+    h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return h;
+}
+
+/// Runs one case for one element type; returns false on failure (already
+/// reported through gtest).
+void runCase(const Case &c, DType t) {
+  std::string text = substitute(c.model, t);
+  SCOPED_TRACE(c.op + " " + typeName(t) + "\n" + text);
+  auto g = importModelText(text, c.op);
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return;
+  }
+  std::mt19937_64 rng(caseSeed(text));
+  std::map<std::string, Tensor> feeds;
+  for (const Value *v : (*g)->inputs()) {
+    auto it = c.gens.find(v->name());
+    if (it != c.gens.end())
+      feeds[v->name()] = it->second(v->type(), rng);
+    else if (isFloat(v->dtype()))
+      feeds[v->name()] = uniform(v->type(), rng);
+    else {
+      ADD_FAILURE() << "no generator for input " << v->name();
+      return;
+    }
+  }
+  Interpreter interp(**g);
+  auto ref = interp.run(feeds);
+  if (!ref) {
+    ADD_FAILURE() << "interpreter: " << llvm::toString(ref.takeError());
+    return;
+  }
+  std::vector<std::string> names;
+  for (const Value *v : (*g)->outputs())
+    names.push_back(v->name());
+  LowerOptions lo;
+  auto p = lowerToPlan(**g, lo);
+  if (!p) {
+    ADD_FAILURE() << "lower: " << llvm::toString(p.takeError());
+    return;
+  }
+  bool same1 = false, same2 = false;
+  RunResult r1 = runOnCpu(*p, feeds, names, 1, 2, same1);
+  RunResult r2 = runOnCpu(*p, feeds, names, 2, 2, same2);
+  if (!r1.ok || !r2.ok)
+    return;
+  EXPECT_TRUE(same1) << "1 thread: two runs differ";
+  EXPECT_TRUE(same2) << "2 threads: two runs differ";
+  Row &row = table()[{c.op, typeName(t)}];
+  ++row.cases;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!c.only.empty() && std::find(c.only.begin(), c.only.end(), names[i]) == c.only.end())
+      continue;
+    std::vector<double> refv = (*ref)[i].toDoubles();
+    for (const RunResult *r : {&r2, &r1}) {
+      bool within;
+      std::string where;
+      double e = compare(r->outputs[i], refv, r->outputs[i].type, c.f32Scale, within, where);
+      row.maxErr = std::max(row.maxErr, e);
+      EXPECT_TRUE(within) << "output '" << names[i] << "' (" << (r == &r1 ? 1 : 2)
+                          << " threads): " << where;
+    }
+    bool within;
+    std::string where;
+    compare(r1.outputs[i], values(r2.outputs[i]), r1.outputs[i].type, c.f32Scale, within, where);
+    EXPECT_TRUE(within) << "output '" << names[i] << "': 1 vs 2 threads: " << where;
+  }
+}
+
+void runAllTypes(const Case &c) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    runCase(c, t);
+}
+
+std::string header(const std::string &extraOpsets = "") {
+  return "<ir_version: 8, opset_import: [\"\" : 17" + extraOpsets + "]>\n";
+}
+const char *kAmpc = ", \"ampc\" : 1";
+
+class PrintTable : public ::testing::Environment {
+public:
+  void TearDown() override {
+    if (table().empty())
+      return;
+    std::printf("\n%-34s %-9s %6s  %s\n", "op", "dtype", "cases", "max err (rel. to max|ref|)");
+    for (const auto &[key, row] : table())
+      std::printf("%-34s %-9s %6d  %.3g\n", key.first.c_str(), key.second.c_str(), row.cases,
+                  row.maxErr);
+  }
+};
+::testing::Environment *const kTable = ::testing::AddGlobalTestEnvironment(new PrintTable);
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// GEMM
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, MatMul) {
+  struct Shapes {
+    const char *a, *b, *y;
+  };
+  for (Shapes s : std::vector<Shapes>{{"[5,7]", "[7,3]", "[5,3]"},
+                                      {"[2,4,16]", "[16,48]", "[2,4,48]"},
+                                      {"[2,3,4,5]", "[2,3,5,6]", "[2,3,4,6]"},
+                                      {"[3,1,4,5]", "[2,5,6]", "[3,2,4,6]"},
+                                      {"[4,5]", "[3,5,2]", "[3,4,2]"},
+                                      {"[7]", "[7,3]", "[3]"},
+                                      {"[2,3,7]", "[7]", "[2,3]"},
+                                      {"[7]", "[7]", ""},
+                                      {"[33,65]", "[65,17]", "[33,17]"}})
+    runAllTypes({"MatMul", header() + "g (T" + s.a + " a, T" + s.b + " b) => (T" + s.y +
+                               (*s.y ? "" : " ") + " y) { y = MatMul (a, b) }"});
+}
+
+TEST(CpuKernel, Gemm) {
+  struct G {
+    const char *a, *b, *c, *attrs, *y;
+  };
+  for (G s : std::vector<G>{{"[4,6]", "[6,5]", "[5]", "", "[4,5]"},
+                            {"[6,4]", "[6,5]", "[4,5]", "<transA = 1>", "[4,5]"},
+                            {"[4,6]", "[5,6]", "[1,5]", "<transB = 1>", "[4,5]"},
+                            {"[6,4]", "[5,6]", "[4,1]", "<transA = 1, transB = 1, alpha = 0.5, beta = 2.0>", "[4,5]"},
+                            {"[8,16]", "[32,16]", "[32]", "<transB = 1>", "[8,32]"},
+                            {"[3,6]", "[6,5]", "", "<alpha = 1.5>", "[3,5]"}}) {
+    std::string attrs = s.attrs;
+    runAllTypes({"Gemm", header() + "g (T" + s.a + " a, T" + s.b + " b, T" + s.c + (*s.c ? "" : " ") + " c) => (T" +
+                             s.y + " y) { y = Gemm " + attrs + " (a, b, c) }"});
+  }
+  runAllTypes({"Gemm", header() + "g (T[4,6] a, T[6,5] b) => (T[4,5] y) { y = Gemm <alpha = 2.0> (a, b) }"});
+}

@@ -221,6 +221,18 @@ llvm::Error completeStaticShapes(onnx::ModelProto &model) {
       shape->add_dim()->set_dim_value(d);
     types.emplace(t.name(), tp);
   }
+  // BatchNormalization-9 (opsets 9 to 13) infers no type for its training
+  // results (running and saved statistics): they have the scale's type [C].
+  for (const auto &n : work.graph().node()) {
+    auto scale = n.input_size() > 1 ? types.find(n.input(1)) : types.end();
+    if (n.op_type() != "BatchNormalization" || scale == types.end() || !isStatic(scale->second))
+      continue;
+    for (int i = 1; i < n.output_size(); ++i) {
+      auto have = types.find(n.output(i));
+      if (!n.output(i).empty() && (have == types.end() || !isStatic(have->second)))
+        types[n.output(i)] = scale->second;
+    }
+  }
   TypeMap existing = collectTypes(model.graph());
   auto &graph = *model.mutable_graph();
   for (const auto &n : graph.node())

@@ -10,6 +10,7 @@ void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     registerAutocastPass();
+    registerAutodiffPass();
     registerCanonicalizePass();
     registerConstantFoldPass();
     registerCSEPass();

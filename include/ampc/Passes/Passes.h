@@ -23,6 +23,8 @@ void registerDeadCodeEliminationPass();
 void registerCSEPass();
 void registerSimplifyPass();
 void registerCanonicalizePass();
+// Training (ampc/Passes/Autodiff.h).
+void registerAutodiffPass();
 // Mixed precision (ampc/Passes/Autocast.h).
 void registerAutocastPass();
 

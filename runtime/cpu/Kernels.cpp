@@ -9,6 +9,7 @@ namespace ampc::rt::cpu {
 void registerAllCpuKernels() {
   registerFusedKernels();
   registerGemmKernels();
+  registerConvKernels();
 }
 
 } // namespace ampc::rt::cpu

@@ -1,0 +1,418 @@
+//===- ConvKernels.cpp - Conv and ampc.ConvGrad through oneDNN -------------===//
+//
+// Convolution forward, backward data and backward weights (with the bias
+// gradient) are oneDNN primitives created with the kernel, on plain (NCHW)
+// layouts so that no reorder runs per step. 1-D, 2-D and 3-D, groups,
+// strides, dilations and pads (auto_pad resolved as the interpreter does).
+// ONNX floors the output size, so the trailing pad oneDNN is given is the one
+// that makes its output size formula exact (possibly negative: the last input
+// rows are then never read, and get zero gradient).
+// Types as for GEMM: fp32; bf16 natively (fp32 accumulation, results rounded
+// to nearest even); fp16 through fp32 copies in scratch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "DnnlHelpers.h"
+
+#include <cstring>
+
+namespace ampc::rt::cpu {
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+/// The convolution problem of a Conv or ConvGrad step.
+struct ConvShape {
+  int64_t N = 0, C = 0, M = 0, group = 1;
+  std::vector<int64_t> inSp, outSp, kSp;
+  WindowGeometry win;
+  dnnl::memory::dims strides, dilates, padL, padR;
+
+  std::vector<int64_t> xDims() const {
+    std::vector<int64_t> d{N, C};
+    d.insert(d.end(), inSp.begin(), inSp.end());
+    return d;
+  }
+  std::vector<int64_t> yDims() const {
+    std::vector<int64_t> d{N, M};
+    d.insert(d.end(), outSp.begin(), outSp.end());
+    return d;
+  }
+  std::vector<int64_t> wDims() const {
+    std::vector<int64_t> d;
+    if (group > 1)
+      d = {group, M / group, C / group};
+    else
+      d = {M, C};
+    d.insert(d.end(), kSp.begin(), kSp.end());
+    return d;
+  }
+};
+
+bool convShape(const StepContext &ctx, const TensorArg &x, const TensorArg &w,
+               const std::vector<int64_t> &yShape, ConvShape &s, std::string &error) {
+  if (x.rank() < 3 || x.rank() > 5 || w.rank() != x.rank() ||
+      static_cast<int64_t>(yShape.size()) != x.rank()) {
+    error = "convolution needs 1 to 3 spatial axes: X " + argString(x) + ", W " + argString(w);
+    return false;
+  }
+  s.N = x.shape[0];
+  s.C = x.shape[1];
+  s.M = w.shape[0];
+  s.group = ctx.attrInt("group", 1);
+  if (s.group <= 0 || s.C % s.group || s.M % s.group || w.shape[1] * s.group != s.C ||
+      yShape[0] != s.N || yShape[1] != s.M) {
+    error = "channels do not match: X " + argString(x) + ", W " + argString(w) + ", group " +
+            std::to_string(s.group);
+    return false;
+  }
+  s.inSp.assign(x.shape.begin() + 2, x.shape.end());
+  s.outSp.assign(yShape.begin() + 2, yShape.end());
+  s.kSp.assign(w.shape.begin() + 2, w.shape.end());
+  std::vector<int64_t> kernel = ctx.attrInts("kernel_shape", s.kSp);
+  if (kernel != s.kSp) {
+    error = "kernel_shape differs from the weights";
+    return false;
+  }
+  if (!windowGeometry(ctx, s.inSp, s.outSp, s.kSp, s.win, error))
+    return false;
+  for (size_t d = 0; d < s.kSp.size(); ++d) {
+    int64_t eff = (s.kSp[d] - 1) * s.win.dilations[d] + 1;
+    int64_t padR = (s.outSp[d] - 1) * s.win.strides[d] + eff - s.inSp[d] - s.win.padBegin[d];
+    s.strides.push_back(s.win.strides[d]);
+    s.dilates.push_back(s.win.dilations[d] - 1);
+    s.padL.push_back(s.win.padBegin[d]);
+    s.padR.push_back(padR);
+  }
+  return true;
+}
+
+/// Common state of the convolution kernels.
+class DnnlKernel : public Kernel {
+public:
+  explicit DnnlKernel(ThreadPool &pool) : pool_(pool), stream_(dnnlEngine()) {
+    scratch_ = SharedScratch::of(pool);
+  }
+
+protected:
+  /// Binds argument `arg`: the tensor's memory, or a scratch sub-buffer.
+  void bind(DnnlCall &call, int arg, const dnnl::memory::desc &md, void *data, bool inScratch,
+            size_t off) {
+    call.args[arg] = dnnl::memory(md, dnnlEngine(), inScratch ? nullptr : data);
+    if (inScratch)
+      call.scratchArgs.push_back({arg, off});
+  }
+  bool reserve(const ScratchLayout &layout, std::string &error) {
+    scratch_->reserve(layout.size());
+    if (layout.size() && !scratch_->data()) {
+      error = "cannot allocate scratch memory";
+      return false;
+    }
+    return true;
+  }
+
+  ThreadPool &pool_;
+  std::shared_ptr<SharedScratch> scratch_;
+  dnnl::stream stream_;
+};
+
+class ConvForward : public DnnlKernel {
+public:
+  ConvForward(ThreadPool &pool, TensorArg x, TensorArg w, TensorArg b, TensorArg y)
+      : DnnlKernel(pool), x_(x), w_(w), b_(b), y_(y) {}
+
+  bool prepare(const ConvShape &s, std::string &error) {
+    half_ = y_.type == plan::F16;
+    dt cdt = dnnlComputeType(y_.type);
+    ScratchLayout layout;
+    if (half_) {
+      offX_ = layout.add<float>(x_.numel);
+      offW_ = layout.add<float>(w_.numel);
+      offY_ = layout.add<float>(y_.numel);
+    }
+    bool biasF32 = b_.data && (half_ || b_.type == plan::F32);
+    try {
+      auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
+      auto wMd = plainDesc(s.wDims(), cdt);
+      dnnl::memory::desc bMd;
+      if (b_.data)
+        bMd = plainDesc({s.M}, biasF32 ? dt::f32 : cdt);
+      auto makePd = [&](const dnnl::memory::desc &bias) {
+        auto d = b_.data ? dnnl::convolution_forward::desc(
+                               dnnl::prop_kind::forward_training,
+                               dnnl::algorithm::convolution_direct, xMd, wMd, bias, yMd,
+                               s.strides, s.dilates, s.padL, s.padR)
+                         : dnnl::convolution_forward::desc(
+                               dnnl::prop_kind::forward_training,
+                               dnnl::algorithm::convolution_direct, xMd, wMd, yMd, s.strides,
+                               s.dilates, s.padL, s.padR);
+        return dnnl::convolution_forward::primitive_desc(d, dnnlAttr(), dnnlEngine(), true);
+      };
+      auto pd = makePd(bMd);
+      if (!pd && b_.data && !biasF32) { // bf16 bias unsupported: give it as fp32
+        biasF32 = true;
+        bMd = plainDesc({s.M}, dt::f32);
+        pd = makePd(bMd);
+      }
+      if (!pd) {
+        error = "oneDNN has no convolution for these shapes";
+        return false;
+      }
+      if (b_.data && (half_ || b_.type != plan::F32) && biasF32)
+        offB_ = layout.add<float>(s.M), biasConvert_ = true;
+      offPad_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
+      call_.prim = dnnl::convolution_forward(pd);
+      bind(call_, DNNL_ARG_SRC, xMd, x_.data, half_, offX_);
+      bind(call_, DNNL_ARG_WEIGHTS, wMd, w_.data, half_, offW_);
+      bind(call_, DNNL_ARG_DST, yMd, y_.data, half_, offY_);
+      if (b_.data)
+        bind(call_, DNNL_ARG_BIAS, bMd, b_.data, biasConvert_, offB_);
+      bind(call_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPad_);
+    } catch (const dnnl::error &e) {
+      error = std::string("oneDNN convolution: ") + e.what();
+      return false;
+    }
+    return reserve(layout, error);
+  }
+
+  void run() override {
+    uint8_t *base = scratch_->data();
+    if (half_) {
+      parallelToFloat(pool_, x_, at<float>(base, offX_));
+      parallelToFloat(pool_, w_, at<float>(base, offW_));
+    }
+    if (biasConvert_)
+      loadFloats(b_, 0, b_.numel, at<float>(base, offB_));
+    omp_set_num_threads(pool_.size());
+    call_.execute(stream_, base);
+    if (half_)
+      parallelFromFloat(pool_, at<float>(base, offY_), y_);
+  }
+
+private:
+  TensorArg x_, w_, b_, y_;
+  DnnlCall call_;
+  bool half_ = false, biasConvert_ = false;
+  size_t offX_ = 0, offW_ = 0, offB_ = 0, offY_ = 0, offPad_ = 0;
+};
+
+std::unique_ptr<Kernel> createConv(const StepContext &ctx, std::string &error) {
+  if (!ctx.has(0) || !ctx.has(1) || ctx.outputs.empty() || !ctx.outputs[0].data) {
+    error = "Conv takes X and W";
+    return nullptr;
+  }
+  if (!requireFloat(ctx, {0, 1, 2}, {0}, error))
+    return nullptr;
+  const TensorArg &x = ctx.inputs[0], &w = ctx.inputs[1], &y = ctx.outputs[0];
+  if (x.type != y.type || w.type != y.type) {
+    error = "X, W and Y must share their element type";
+    return nullptr;
+  }
+  ConvShape s;
+  if (!convShape(ctx, x, w, y.shape, s, error))
+    return nullptr;
+  TensorArg b = ctx.has(2) ? ctx.inputs[2] : TensorArg();
+  if (b.data && b.numel != s.M) {
+    error = "bias " + argString(b) + " must have M elements";
+    return nullptr;
+  }
+  if (y.numel == 0)
+    return std::make_unique<LambdaKernel>([] {});
+  auto k = std::make_unique<ConvForward>(ctx.pool, x, w, b, y);
+  if (!k->prepare(s, error))
+    return nullptr;
+  return k;
+}
+
+//===----------------------------------------------------------------------===//
+// ampc.ConvGrad
+//===----------------------------------------------------------------------===//
+
+class ConvBackward : public DnnlKernel {
+public:
+  ConvBackward(ThreadPool &pool, TensorArg dy, TensorArg x, TensorArg w, TensorArg dx,
+               TensorArg dw, TensorArg db)
+      : DnnlKernel(pool), dy_(dy), x_(x), w_(w), dx_(dx), dw_(dw), db_(db) {}
+
+  bool prepare(const ConvShape &s, std::string &error) {
+    M_ = s.M;
+    N_ = s.N;
+    outPix_ = product(s.outSp);
+    half_ = dy_.type == plan::F16;
+    dt cdt = dnnlComputeType(dy_.type);
+    ScratchLayout layout;
+    if (half_) {
+      offDy_ = layout.add<float>(dy_.numel);
+      if (dw_.data)
+        offX_ = layout.add<float>(x_.numel);
+      if (dx_.data)
+        offW_ = layout.add<float>(w_.numel);
+      if (dx_.data)
+        offDx_ = layout.add<float>(dx_.numel);
+      if (dw_.data)
+        offDw_ = layout.add<float>(dw_.numel);
+    }
+    // The bias gradient comes with the weights gradient; alone, or when its
+    // type is not what oneDNN writes, it is a plain reduction of dY.
+    bool dbWithDw = db_.data && dw_.data && !half_;
+    try {
+      auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
+      auto wMd = plainDesc(s.wDims(), cdt);
+      auto bMd = plainDesc({s.M}, db_.data ? dnnlComputeType(db_.type) : dt::f32);
+      auto fwd = dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
+                                          dnnl::algorithm::convolution_direct, xMd, wMd, bMd,
+                                          yMd, s.strides, s.dilates, s.padL, s.padR),
+          dnnlAttr(), dnnlEngine());
+      if (dx_.data) {
+        auto pd = dnnl::convolution_backward_data::primitive_desc(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, xMd, wMd,
+                                                  yMd, s.strides, s.dilates, s.padL, s.padR),
+            dnnlAttr(), dnnlEngine(), fwd);
+        offPadData_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
+        data_.prim = dnnl::convolution_backward_data(pd);
+        bind(data_, DNNL_ARG_DIFF_DST, yMd, dy_.data, half_, offDy_);
+        bind(data_, DNNL_ARG_WEIGHTS, wMd, w_.data, half_, offW_);
+        bind(data_, DNNL_ARG_DIFF_SRC, xMd, dx_.data, half_, offDx_);
+        bind(data_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPadData_);
+        // Negative trailing pads: input rows no output reads get no gradient;
+        // zero dX first in case the primitive leaves them alone.
+        for (auto p : s.padR)
+          zeroDx_ = zeroDx_ || p < 0;
+      }
+      if (dw_.data) {
+        auto d = dbWithDw
+                     ? dnnl::convolution_backward_weights::desc(
+                           dnnl::algorithm::convolution_direct, xMd, wMd, bMd, yMd, s.strides,
+                           s.dilates, s.padL, s.padR)
+                     : dnnl::convolution_backward_weights::desc(
+                           dnnl::algorithm::convolution_direct, xMd, wMd, yMd, s.strides,
+                           s.dilates, s.padL, s.padR);
+        dnnl::convolution_backward_weights::primitive_desc pd(d, dnnlAttr(), dnnlEngine(), fwd,
+                                                              true);
+        if (!pd && dbWithDw) {
+          dbWithDw = false;
+          pd = dnnl::convolution_backward_weights::primitive_desc(
+              dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xMd,
+                                                       wMd, yMd, s.strides, s.dilates, s.padL,
+                                                       s.padR),
+              dnnlAttr(), dnnlEngine(), fwd);
+        }
+        if (!pd) {
+          error = "oneDNN has no backward-weights convolution for these shapes";
+          return false;
+        }
+        offPadWeights_ =
+            layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
+        weights_.prim = dnnl::convolution_backward_weights(pd);
+        bind(weights_, DNNL_ARG_DIFF_DST, yMd, dy_.data, half_, offDy_);
+        bind(weights_, DNNL_ARG_SRC, xMd, x_.data, half_, offX_);
+        bind(weights_, DNNL_ARG_DIFF_WEIGHTS, wMd, dw_.data, half_, offDw_);
+        if (dbWithDw)
+          bind(weights_, DNNL_ARG_DIFF_BIAS, bMd, db_.data, false, 0);
+        bind(weights_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPadWeights_);
+      }
+    } catch (const dnnl::error &e) {
+      error = std::string("oneDNN convolution backward: ") + e.what();
+      return false;
+    }
+    dbByHand_ = db_.data && !dbWithDw;
+    if (dbByHand_)
+      offRow_ = layout.add<float>(pool_.size() * std::max<int64_t>(outPix_, 1));
+    return reserve(layout, error);
+  }
+
+  void run() override {
+    uint8_t *base = scratch_->data();
+    if (half_) {
+      parallelToFloat(pool_, dy_, at<float>(base, offDy_));
+      if (dw_.data)
+        parallelToFloat(pool_, x_, at<float>(base, offX_));
+      if (dx_.data)
+        parallelToFloat(pool_, w_, at<float>(base, offW_));
+    }
+    omp_set_num_threads(pool_.size());
+    if (dx_.data) {
+      if (zeroDx_)
+        std::memset(half_ ? static_cast<void *>(at<float>(base, offDx_)) : dx_.data, 0,
+                    dx_.numel * (half_ ? 4 : elemBytes(dx_.type)));
+      data_.execute(stream_, base);
+      if (half_)
+        parallelFromFloat(pool_, at<float>(base, offDx_), dx_);
+    }
+    if (dw_.data) {
+      weights_.execute(stream_, base);
+      if (half_)
+        parallelFromFloat(pool_, at<float>(base, offDw_), dw_);
+    }
+    if (dbByHand_)
+      biasGrad(base);
+  }
+
+private:
+  /// dB[m] = sum of dY over the batch and the output positions.
+  void biasGrad(uint8_t *base) {
+    pool_.parallelFor(M_, 1, [&](int64_t m0, int64_t m1, int range) {
+      float *row = at<float>(base, offRow_) + range * std::max<int64_t>(outPix_, 1);
+      for (int64_t m = m0; m < m1; ++m) {
+        float s = 0;
+        for (int64_t n = 0; n < N_; ++n)
+          s += sumFloats(rowIn(dy_, (n * M_ + m) * outPix_, outPix_, row), outPix_);
+        storeFloat(db_, m, s);
+      }
+    });
+  }
+
+  TensorArg dy_, x_, w_, dx_, dw_, db_;
+  DnnlCall data_, weights_;
+  int64_t M_ = 0, N_ = 0, outPix_ = 0;
+  bool half_ = false, zeroDx_ = false, dbByHand_ = false;
+  size_t offDy_ = 0, offX_ = 0, offW_ = 0, offDx_ = 0, offDw_ = 0, offPadData_ = 0,
+         offPadWeights_ = 0, offRow_ = 0;
+};
+
+std::unique_ptr<Kernel> createConvGrad(const StepContext &ctx, std::string &error) {
+  if (!ctx.has(0) || !ctx.has(1) || !ctx.has(2)) {
+    error = "ConvGrad takes dY, X and W";
+    return nullptr;
+  }
+  if (!requireFloat(ctx, {0, 1, 2}, {0, 1, 2}, error))
+    return nullptr;
+  const TensorArg &dy = ctx.inputs[0], &x = ctx.inputs[1], &w = ctx.inputs[2];
+  auto out = [&](unsigned i) { return i < ctx.outputs.size() ? ctx.outputs[i] : TensorArg(); };
+  TensorArg dx = out(0), dw = out(1), db = out(2);
+  if (x.type != dy.type || w.type != dy.type || (dx.data && dx.type != dy.type) ||
+      (dw.data && dw.type != dy.type)) {
+    error = "dY, X, W, dX and dW must share their element type";
+    return nullptr;
+  }
+  ConvShape s;
+  if (!convShape(ctx, x, w, dy.shape, s, error))
+    return nullptr;
+  if ((dx.data && dx.shape != x.shape) || (dw.data && dw.shape != w.shape) ||
+      (db.data && db.numel != s.M)) {
+    error = "gradient shapes do not match the operands";
+    return nullptr;
+  }
+  if (x.numel == 0 || dy.numel == 0 || w.numel == 0) {
+    return std::make_unique<LambdaKernel>([=] {
+      for (const TensorArg *t : {&dx, &dw, &db})
+        if (t->data)
+          std::memset(t->data, 0, t->numel * elemBytes(t->type));
+    });
+  }
+  auto k = std::make_unique<ConvBackward>(ctx.pool, dy, x, w, dx, dw, db);
+  if (!k->prepare(s, error))
+    return nullptr;
+  return k;
+}
+
+} // namespace
+
+void registerConvKernels() {
+  registerKernel("Conv", createConv);
+  registerKernel("ampc.ConvGrad", createConvGrad);
+}
+
+} // namespace ampc::rt::cpu

@@ -62,6 +62,9 @@ public:
     std::string mode = c_.mode;
     if (mode == "auto")
       mode = usesFloat16(g) ? "dynamic" : "none";
+    if (Value *seed = findSeed(g))
+      g.metadata[std::string(kInfoPrefix) + "output.loss"] =
+          seed->name().substr(0, seed->name().size() - 5);
     if (mode == "none") {
       g.metadata[std::string(kInfoPrefix) + "loss_scale"] = "none";
       ctx.addReport("loss-scale", "loss-scale: none (no fp16 values to protect)");
@@ -142,7 +145,6 @@ public:
                                      (c_.min ? ", min=" + num(*c_.min) : "") + ")"
                                : "static(" + mode + ")";
     g.metadata[std::string(kInfoPrefix) + "loss_scale"] = desc;
-    g.metadata[std::string(kInfoPrefix) + "output.loss"] = lossName;
     g.metadata[std::string(kInfoPrefix) + "output.found_inf"] = kFoundInfName;
     g.metadata[std::string(kInfoPrefix) + "output.loss_scale"] = kLossScaleOutput;
     ctx.addReport("loss-scale", "loss-scale: " + desc + ", " + std::to_string(grads.size()) +

@@ -9,7 +9,7 @@ packages=(
   llvm-14-dev llvm-14-tools
   libgtest-dev libbenchmark-dev libdnnl-dev
   libonnx-testdata
-  python3 python3-numpy zlib1g-dev libtinfo-dev
+  python3 python3-numpy python3-onnx zlib1g-dev libtinfo-dev
 )
 
 missing=()

@@ -1,6 +1,7 @@
 //===- Passes.cpp - Registration of every pass -----------------------------===//
 
 #include "ampc/Passes/Passes.h"
+#include "ampc/Passes/Training.h"
 
 #include <mutex>
 
@@ -16,6 +17,9 @@ void registerAllPasses() {
     registerCSEPass();
     registerDeadCodeEliminationPass();
     registerSimplifyPass();
+    registerAccumulatePass();
+    registerLossScalePass();
+    registerOptimizerPass();
   });
 }
 

@@ -10,6 +10,7 @@ void registerAllCpuKernels() {
   registerFusedKernels();
   registerGemmKernels();
   registerConvKernels();
+  registerPoolKernels();
 }
 
 } // namespace ampc::rt::cpu

@@ -185,6 +185,7 @@ void expectMatchesTorch(const std::string &name, const std::string &dir,
   bool noisy = false;
   for (const auto &[k, mask] : noise)
     noisy = noisy || std::count(mask.begin(), mask.end(), true) > 0;
+  double worst = 0;
   for (const std::string &k : keys) {
     ASSERT_TRUE(r.state().count(k)) << k << " is not state of the step";
     // Running statistics follow the activations, which such noise moves.
@@ -196,7 +197,11 @@ void expectMatchesTorch(const std::string &name, const std::string &dir,
     // by (1 - momentum) * var / (n - 1), here about 4e-4 relative.
     double tol = isRunningVar(k) ? 2e-3 : 1e-4;
     EXPECT_LE(err, tol) << name << " " << dir << " " << k;
+    if (!isRunningVar(k))
+      worst = std::max(worst, err);
   }
+  std::printf("%s %s: largest relative error against torch %.2e\n", name.c_str(), dir.c_str(),
+              worst);
 }
 
 class TorchOptimizers : public ::testing::TestWithParam<const char *> {};

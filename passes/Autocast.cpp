@@ -229,6 +229,8 @@ private:
   bool removeIdentityCast(Node *cast);
   void rewriteNode(Node *n);
   void restoreGraphOutputTypes();
+  bool mayChangeType(const Value *v) const;
+  void shareModelCasts();
   void removeUnusedConstants();
   Value *convert(Value *v, DType t, Node *consumer);
   Value *convertConstant(Value *v, const Tensor &data, DType t);
@@ -265,6 +267,8 @@ private:
   /// (value, type) -> the value converted to that type.
   std::map<std::pair<const Value *, DType>, Value *> cache_;
   std::set<const Node *> insertedCasts_, weightCasts_;
+  /// Nodes the rewrite has reached (the others come later in the order).
+  std::unordered_set<const Node *> rewritten_;
   std::vector<std::string> constantLines_;
 };
 
@@ -580,8 +584,13 @@ Value *Autocaster::convert(Value *v, DType t, Node *consumer) {
   if (v->dtype() == t)
     return v;
   auto key = std::make_pair(static_cast<const Value *>(v), t);
-  if (auto it = cache_.find(key); it != cache_.end())
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    // A model Cast found by shareModelCasts may come after this consumer.
+    Node *cast = it->second->producer();
+    if (consumer && cast && !rewritten_.count(cast) && !insertedCasts_.count(cast))
+      g_.moveBefore(cast, consumer);
     return it->second;
+  }
   Value *c;
   if (const Tensor *data = constantData(v)) {
     c = convertConstant(v, *data, t);
@@ -703,6 +712,30 @@ void Autocaster::removeUnusedConstants() {
   }
 }
 
+/// Whether the rewrite may change the type of `v` (a compute result of a
+/// node that goes to low precision).
+bool Autocaster::mayChangeType(const Value *v) const {
+  auto it = v->producer() ? floatOf_.find(v->producer()) : floatOf_.end();
+  if (it == floatOf_.end() || !it->second->candidate || !it->second->low)
+    return false;
+  const auto &outputs = it->second->sig.outputs;
+  return std::find(outputs.begin(), outputs.end(), v->resultIndex()) != outputs.end();
+}
+
+// The model's own float-to-float casts that the rewrite leaves alone serve
+// as conversions too, so that no value gets a second cast to the same type.
+void Autocaster::shareModelCasts() {
+  for (Node *n : g_.nodes()) {
+    Value *in = n->input(0), *out = n->output();
+    if (!n->is("Cast") || retarget_.count(n) || !in || !out)
+      continue;
+    if (!isFloat(in->dtype()) || !isFloat(out->dtype()) || in->dtype() == out->dtype() ||
+        mayChangeType(in))
+      continue;
+    cache_.try_emplace({in, out->dtype()}, out);
+  }
+}
+
 void Autocaster::rewrite() {
   for (Node *n : g_.nodes()) {
     std::vector<DType> types;
@@ -713,7 +746,9 @@ void Autocaster::rewrite() {
   for (const Value *v : g_.outputs())
     originalOutputTypes_.push_back(v->dtype());
 
+  shareModelCasts();
   for (Node *n : g_.nodes()) {
+    rewritten_.insert(n);
     if (n->is("Cast"))
       rewriteModelCast(n);
     else if (!readsOnlyType(*n))

@@ -87,8 +87,10 @@ public:
       makeUpdatesInPlace(prog, spec);
       prog.set_launches(prog.steps_size());
     }
+    collectPinned();
     for (int i = 0; i < p_.programs_size(); ++i)
       planArena(p_.programs(i));
+    placePinned();
     finishMemoryStats();
     addParameters();
     return std::move(p_);
@@ -472,6 +474,36 @@ private:
     }
   }
 
+  /// Program inputs and outputs keep their own arena bytes: inputs are fed
+  /// once and reused step after step (and defaults are written at load), and
+  /// outputs are read after later programs ran, so no temporary may reuse them.
+  void collectPinned() {
+    for (const plan::Program &prog : p_.programs()) {
+      for (const plan::Binding &b : prog.inputs())
+        pinned_.insert(rootOf(b.tensor()));
+      for (const plan::Binding &b : prog.outputs())
+        pinned_.insert(rootOf(b.tensor()));
+    }
+  }
+
+  void placePinned() {
+    plan::MemoryStats &m = *p_.mutable_memory();
+    uint64_t offset = m.arena_bytes(), bytes = 0;
+    for (int id : std::set<int>(pinned_.begin(), pinned_.end())) {
+      plan::Tensor &t = *p_.mutable_tensors(id);
+      if (t.storage() != plan::ARENA || t.has_view_of())
+        continue;
+      uint64_t size = (rt::planTensorBytes(t) + kArenaAlignment - 1) / kArenaAlignment *
+                      kArenaAlignment;
+      t.set_offset(offset);
+      offset += std::max<uint64_t>(size, kArenaAlignment);
+      bytes += std::max<uint64_t>(size, kArenaAlignment);
+    }
+    m.set_arena_bytes(offset);
+    m.set_lower_bound_bytes(m.lower_bound_bytes() + bytes);
+    m.set_unplanned_bytes(m.unplanned_bytes() + bytes);
+  }
+
   void planArena(const plan::Program &prog) {
     int numSteps = prog.steps_size();
     std::vector<int> start(p_.tensors_size(), -1), end(p_.tensors_size(), -1);
@@ -495,7 +527,7 @@ private:
     for (int i = 0; i < p_.tensors_size(); ++i) {
       const plan::Tensor &t = p_.tensors(i);
       // Only this program's buffers: those it writes or binds.
-      if (t.storage() != plan::ARENA || t.has_view_of() || start[i] < 0)
+      if (t.storage() != plan::ARENA || t.has_view_of() || start[i] < 0 || pinned_.count(i))
         continue;
       int s = std::max(start[i], 0);
       int e = std::max(end[i], s);
@@ -547,6 +579,7 @@ private:
   std::unordered_map<const Value *, const Value *> stateOf_;
   std::unordered_set<const Value *> updatedStates_;
   std::unordered_map<const Value *, int> stepOf_;
+  std::unordered_set<int> pinned_;
 };
 
 } // namespace

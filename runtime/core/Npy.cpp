@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -274,6 +275,17 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
   if (!f) {
     error = path + ": cannot write (" + std::strerror(errno) + ")";
     return false;
+  }
+  // Test hook: AMPC_CRASH_DURING_WRITE=<file name> kills the process halfway
+  // through writing that file's temporary, as a crash or kill -9 would; the
+  // fault tests check that the previous file stays intact and loadable.
+  if (const char *crash = std::getenv("AMPC_CRASH_DURING_WRITE")) {
+    std::string base = path.substr(path.find_last_of('/') + 1);
+    if (base == crash) {
+      std::fwrite(bytes.data(), 1, bytes.size() / 2, f);
+      std::fflush(f);
+      std::abort();
+    }
   }
   bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   ok = (std::fflush(f) == 0) && ok;

@@ -50,8 +50,8 @@ public:
       std::vector<int64_t> have(a.shape.begin() + (a.shape.empty() ? 0 : 1), a.shape.end());
       if (a.type != elemTypeOf(t.type()) || a.shape.empty() || have != sample) {
         error = path + ": array '" + b.name() + "' is " + elemName(a.type) + " " +
-                shapeText(a.shape) + ", the plan needs " + typeString(t.type(), {}) +
-                " samples of shape " + shapeText(sample);
+                shapeText(a.shape) + ", the plan needs " + elemName(elemTypeOf(t.type())) +
+                " samples of shape " + shapeText(sample) + " (samples first)";
         return false;
       }
       int64_t planBatch = t.shape(0);

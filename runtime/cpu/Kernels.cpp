@@ -11,6 +11,9 @@ void registerAllCpuKernels() {
   registerGemmKernels();
   registerConvKernels();
   registerPoolKernels();
+  registerNormKernels();
+  registerSoftmaxKernels();
+  registerLossKernels();
 }
 
 } // namespace ampc::rt::cpu

@@ -556,3 +556,155 @@ TEST(CpuKernel, PoolGrads) {
                        ", shape = " + std::string(c.x) + "> (dy) }"});
   }
 }
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, BatchNormalization) {
+  std::map<std::string, Generator> g{{"v", uniformIn(0.5, 2.0)}};
+  runAllTypes({"BatchNormalization",
+               header() + "g (T[2,3,4,5] x, T[3] s, T[3] b, T[3] m, T[3] v) => (T[2,3,4,5] y) "
+                          "{ y = BatchNormalization <epsilon = 0.001> (x, s, b, m, v) }",
+               g});
+  runAllTypes({"BatchNormalization",
+               header() + "g (T[4,3,6,5] x, T[3] s, T[3] b, T[3] m, T[3] v) => (T[4,3,6,5] y, T[3] rm, "
+                          "T[3] rv) { y, rm, rv = BatchNormalization <training_mode = 1, momentum = "
+                          "0.8> (x, s, b, m, v) }",
+               g});
+  runAllTypes({"BatchNormalization",
+               header() + "g (T[8,5] x, T[5] s, T[5] b, T[5] m, T[5] v) => (T[8,5] y, T[5] rm, "
+                          "T[5] rv) { y, rm, rv = BatchNormalization <training_mode = 1> (x, s, b, m, v) }",
+               g});
+  // The opset-9 form: training when the statistics are asked for.
+  runAllTypes({"BatchNormalization",
+               "<ir_version: 8, opset_import: [\"\" : 9]>\n"
+               "g (T[2,3,4,4] x, T[3] s, T[3] b, T[3] m, T[3] v) => (T[2,3,4,4] y, T[3] rm, T[3] rv, "
+               "T[3] sm, T[3] sv) { y, rm, rv, sm, sv = BatchNormalization (x, s, b, m, v) }",
+               g});
+}
+
+TEST(CpuKernel, LayerNormalization) {
+  runAllTypes({"LayerNormalization",
+               header() + "g (T[4,6,8] x, T[8] s, T[8] b) => (T[4,6,8] y, T[4,6,1] mu, T[4,6,1] inv) "
+                          "{ y, mu, inv = LayerNormalization (x, s, b) }"});
+  runAllTypes({"LayerNormalization",
+               header() + "g (T[4,6,8] x, T[6,8] s) => (T[4,6,8] y) "
+                          "{ y = LayerNormalization <axis = 1, epsilon = 0.01> (x, s) }"});
+  runAllTypes({"LayerNormalization",
+               header() + "g (T[3,300] x, T[300] s, T[300] b) => (T[3,300] y) "
+                          "{ y = LayerNormalization <axis = -1> (x, s, b) }"});
+}
+
+TEST(CpuKernel, NormalizationGrads) {
+  runAllTypes({"ampc.LayerNormalizationGrad",
+               header(kAmpc) + "g (T[4,6,8] x, T[8] s, T[8] b, T[4,6,8] dy) => (T[4,6,8] dx, T[8] ds, "
+                               "T[8] db) { y, mu, inv = LayerNormalization (x, s, b)\n dx, ds, db = "
+                               "ampc.LayerNormalizationGrad (dy, x, s, mu, inv) }"});
+  runAllTypes({"ampc.LayerNormalizationGrad",
+               header(kAmpc) + "g (T[5,3,40] x, T[3,40] s, T[5,3,40] dy) => (T[5,3,40] dx, T[3,40] ds) "
+                               "{ y, mu, inv = LayerNormalization <axis = 1> (x, s)\n dx, ds = "
+                               "ampc.LayerNormalizationGrad <axis = 1> (dy, x, s, mu, inv) }"});
+  std::map<std::string, Generator> g{{"v", uniformIn(0.5, 2.0)}};
+  runAllTypes({"ampc.BatchNormalizationGrad",
+               header(kAmpc) + "g (T[4,3,5,5] dy, T[4,3,5,5] x, T[3] s) => (T[4,3,5,5] dx, T[3] ds, "
+                               "T[3] db) { dx, ds, db = ampc.BatchNormalizationGrad <epsilon = 0.001> "
+                               "(dy, x, s) }"});
+  runAllTypes({"ampc.BatchNormalizationGrad",
+               header(kAmpc) + "g (T[6,4] dy, T[6,4] x, T[4] s, T[4] m, T[4] v) => (T[6,4] dx, T[4] ds, "
+                               "T[4] db) { dx, ds, db = ampc.BatchNormalizationGrad <training_mode = 0> "
+                               "(dy, x, s, m, v) }",
+               g});
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax family
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, Softmax) {
+  struct S {
+    const char *shape;
+    int axis;
+  };
+  for (const char *op : {"Softmax", "LogSoftmax", "Hardmax"})
+    for (S s : std::vector<S>{{"[4,10]", -1}, {"[2,3,5]", 1}, {"[2,3,4,5]", 0}, {"[3,1000]", 1},
+                              {"[2,3,4]", -2}}) {
+      std::string a = "<axis = " + std::to_string(s.axis) + ">";
+      runAllTypes({op, header() + "g (T" + s.shape + " x) => (T" + s.shape + " y) { y = " + op +
+                           " " + a + " (x) }",
+                   {{"x", uniformIn(-4, 4)}}});
+    }
+}
+
+TEST(CpuKernel, SoftmaxGrads) {
+  for (const char *op : {"Softmax", "LogSoftmax"})
+    for (std::pair<const char *, int> s : std::vector<std::pair<const char *, int>>{
+             {"[4,10]", -1}, {"[2,3,5]", 1}, {"[3,2,4]", 0}}) {
+      std::string a = "<axis = " + std::to_string(s.second) + ">";
+      runAllTypes({std::string("ampc.") + op + "Grad",
+                   header(kAmpc) + "g (T" + s.first + " x, T" + s.first + " dy) => (T" + s.first +
+                       " dx) { y = " + op + " " + a + " (x)\n dx = ampc." + op + "Grad " + a +
+                       " (dy, y) }"});
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, SoftmaxCrossEntropyLoss) {
+  std::map<std::string, Generator> g{{"t", intsIn(0, 9)}, {"w", uniformIn(0.5, 1.5)},
+                                     {"x", uniformIn(-3, 3)}};
+  for (const char *red : {"mean", "sum", "none"}) {
+    std::string r = red, lossShape = r == "none" ? "[8]" : " ";
+    runAllTypes({"SoftmaxCrossEntropyLoss",
+                 header() + "g (T[8,10] x, int64[8] t) => (T" + lossShape + "l, T[8,10] lp) "
+                            "{ l, lp = SoftmaxCrossEntropyLoss <reduction = \"" + r + "\"> (x, t) }",
+                 g});
+    runAllTypes({"SoftmaxCrossEntropyLoss",
+                 header() + "g (T[8,10] x, int64[8] t, T[10] w) => (T" + lossShape + "l) "
+                            "{ l = SoftmaxCrossEntropyLoss <reduction = \"" + r + "\", ignore_index = 3> (x, t, w) }",
+                 {{"t", intsIn(0, 4)}, {"w", uniformIn(0.5, 1.5)}}});
+    std::string hd = r == "none" ? "[4,3,2]" : " ";
+    runAllTypes({"SoftmaxCrossEntropyLoss",
+                 header() + "g (T[4,5,3,2] x, int64[4,3,2] t) => (T" + hd + "l, T[4,5,3,2] lp) "
+                            "{ l, lp = SoftmaxCrossEntropyLoss <reduction = \"" + r + "\", ignore_index = -1> (x, t) }",
+                 {{"t", intsIn(-1, 4)}}});
+  }
+}
+
+TEST(CpuKernel, NegativeLogLikelihoodLoss) {
+  for (const char *red : {"mean", "sum", "none"}) {
+    std::string r = red;
+    runAllTypes({"NegativeLogLikelihoodLoss",
+                 header() + "g (T[8,10] x, int64[8] t, T[10] w) => (T" + (r == "none" ? "[8]" : " ") +
+                     "l) { l = NegativeLogLikelihoodLoss <reduction = \"" + r + "\", ignore_index = 2> (x, t, w) }",
+                 {{"t", intsIn(0, 9)}, {"w", uniformIn(0.5, 1.5)}}});
+    runAllTypes({"NegativeLogLikelihoodLoss",
+                 header() + "g (T[3,4,5] x, int32[3,5] t) => (T" + (r == "none" ? "[3,5]" : " ") +
+                     "l) { l = NegativeLogLikelihoodLoss <reduction = \"" + r + "\"> (x, t) }",
+                 {{"t", intsIn(0, 3)}}});
+  }
+}
+
+TEST(CpuKernel, LossGrads) {
+  for (const char *red : {"mean", "sum", "none"}) {
+    std::string r = red, ls = r == "none" ? "[8]" : " ";
+    runAllTypes({"ampc.SoftmaxCrossEntropyLossGrad",
+                 header(kAmpc) + "g (T[8,10] x, int64[8] t, T[10] w, T" + ls + "dl) => (T[8,10] dx) "
+                     "{ l, lp = SoftmaxCrossEntropyLoss <reduction = \"" + r + "\", ignore_index = 1> (x, t, w)\n"
+                     " dx = ampc.SoftmaxCrossEntropyLossGrad <reduction = \"" + r + "\", ignore_index = 1> (dl, lp, t, w) }",
+                 {{"t", intsIn(0, 5)}, {"w", uniformIn(0.5, 1.5)}}});
+    std::string hs = r == "none" ? "[2,3]" : " ";
+    runAllTypes({"ampc.SoftmaxCrossEntropyLossGrad",
+                 header(kAmpc) + "g (T[2,4,3] x, int64[2,3] t, T" + hs + "dl) => (T[2,4,3] dx) "
+                     "{ l, lp = SoftmaxCrossEntropyLoss <reduction = \"" + r + "\"> (x, t)\n"
+                     " dx = ampc.SoftmaxCrossEntropyLossGrad <reduction = \"" + r + "\"> (dl, lp, t) }",
+                 {{"t", intsIn(0, 3)}}});
+    runAllTypes({"ampc.NegativeLogLikelihoodLossGrad",
+                 header(kAmpc) + "g (int64[8] t, T[10] w, T" + ls + "dl) => (T[8,10] dx) "
+                     "{ dx = ampc.NegativeLogLikelihoodLossGrad <reduction = \"" + r +
+                     "\", ignore_index = 2, shape = [8,10]> (dl, t, w) }",
+                 {{"t", intsIn(0, 9)}, {"w", uniformIn(0.5, 1.5)}}});
+  }
+}

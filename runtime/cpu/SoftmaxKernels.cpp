@@ -1,0 +1,166 @@
+//===- SoftmaxKernels.cpp - Softmax, LogSoftmax, Hardmax and gradients -----===//
+//
+// One axis (opset 13). The tensor is viewed as [outer, len, inner]; each
+// outer slice [len, inner] is converted to fp32 once, and the per-column
+// maximum, sums and results run as loops over `inner` (vectorizable); with
+// inner = 1 a slice is one contiguous row. Work is split by outer slices.
+//
+//===----------------------------------------------------------------------===//
+
+#include "KernelHelpers.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace ampc::rt::cpu {
+
+namespace {
+
+enum class SoftOp { Softmax, LogSoftmax, Hardmax, SoftmaxGrad, LogSoftmaxGrad };
+
+struct Slices {
+  int64_t outer = 0, len = 0, inner = 0;
+};
+
+bool slicesOf(const StepContext &ctx, const TensorArg &t, Slices &s, std::string &error) {
+  int64_t axis = normalizeAxis(ctx.attrInt("axis", -1), t.rank());
+  if (axis < 0) {
+    error = "axis out of range for " + argString(t);
+    return false;
+  }
+  s.len = t.shape[axis];
+  s.inner = product(t.shape, axis + 1);
+  s.outer = s.len * s.inner ? t.numel / (s.len * s.inner) : 0;
+  return true;
+}
+
+std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, SoftOp op) {
+  bool grad = op == SoftOp::SoftmaxGrad || op == SoftOp::LogSoftmaxGrad;
+  unsigned numIn = grad ? 2 : 1;
+  for (unsigned i = 0; i < numIn; ++i)
+    if (!ctx.has(i)) {
+      error = "missing operand " + std::to_string(i);
+      return nullptr;
+    }
+  if (ctx.outputs.empty() || !ctx.outputs[0].data) {
+    error = "missing result";
+    return nullptr;
+  }
+  if (!requireFloat(ctx, {0, 1}, {0}, error))
+    return nullptr;
+  // Forward: x. Gradients: dY (input 0) and Y (input 1).
+  TensorArg a = ctx.inputs[0], b = grad ? ctx.inputs[1] : TensorArg(), y = ctx.outputs[0];
+  if (y.shape != a.shape || (grad && b.shape != a.shape)) {
+    error = "operands and result must share their shape";
+    return nullptr;
+  }
+  Slices s;
+  if (!slicesOf(ctx, a, s, error))
+    return nullptr;
+  int64_t slice = s.len * s.inner;
+  auto scratch = SharedScratch::of(ctx.pool);
+  ScratchLayout layout;
+  int64_t perRange = 3 * slice + 4 * s.inner + 32; // colB holds int64 for Hardmax
+  size_t off = layout.add<float>(perRange * ctx.pool.size());
+  scratch->reserve(layout.size());
+  ThreadPool &pool = ctx.pool;
+  int64_t minSlices = std::max<int64_t>(1, 4096 / std::max<int64_t>(slice, 1));
+  return std::make_unique<LambdaKernel>([=, &pool] {
+    pool.parallelFor(s.outer, minSlices, [&](int64_t o0, int64_t o1, int range) {
+      float *buf = at<float>(scratch->data(), off) + range * perRange;
+      float *aBuf = buf, *bBuf = buf + slice, *yBuf = buf + 2 * slice;
+      float *colA = buf + 3 * slice, *colB = colA + s.inner;
+      const int64_t L = s.len, I = s.inner;
+      for (int64_t o = o0; o < o1; ++o) {
+        const float *x = rowIn(a, o * slice, slice, aBuf);
+        const float *yv = grad ? rowIn(b, o * slice, slice, bBuf) : nullptr;
+        float *out = rowOut(y, o * slice, yBuf);
+        switch (op) {
+        case SoftOp::Softmax:
+        case SoftOp::LogSoftmax: {
+          // colA: max (NaN ignored like the interpreter's `x > max`), colB: sum.
+          for (int64_t i = 0; i < I; ++i)
+            colA[i] = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < L; ++j)
+            for (int64_t i = 0; i < I; ++i)
+              colA[i] = x[j * I + i] > colA[i] ? x[j * I + i] : colA[i];
+          std::memset(colB, 0, I * sizeof(float));
+          if (op == SoftOp::Softmax) {
+            for (int64_t j = 0; j < L; ++j)
+              for (int64_t i = 0; i < I; ++i) {
+                float e = std::exp(x[j * I + i] - colA[i]);
+                out[j * I + i] = e;
+                colB[i] += e;
+              }
+            for (int64_t i = 0; i < I; ++i)
+              colB[i] = 1.0f / colB[i];
+            for (int64_t j = 0; j < L; ++j)
+              for (int64_t i = 0; i < I; ++i)
+                out[j * I + i] *= colB[i];
+          } else {
+            for (int64_t j = 0; j < L; ++j)
+              for (int64_t i = 0; i < I; ++i)
+                colB[i] += std::exp(x[j * I + i] - colA[i]);
+            for (int64_t i = 0; i < I; ++i)
+              colB[i] = std::log(colB[i]);
+            for (int64_t j = 0; j < L; ++j)
+              for (int64_t i = 0; i < I; ++i)
+                out[j * I + i] = (x[j * I + i] - colA[i]) - colB[i];
+          }
+          break;
+        }
+        case SoftOp::Hardmax: {
+          // First index of the maximum.
+          int64_t *arg = reinterpret_cast<int64_t *>(colB);
+          for (int64_t i = 0; i < I; ++i) {
+            colA[i] = -std::numeric_limits<float>::infinity();
+            arg[i] = 0;
+          }
+          for (int64_t j = 0; j < L; ++j)
+            for (int64_t i = 0; i < I; ++i)
+              if (x[j * I + i] > colA[i]) {
+                colA[i] = x[j * I + i];
+                arg[i] = j;
+              }
+          for (int64_t j = 0; j < L; ++j)
+            for (int64_t i = 0; i < I; ++i)
+              out[j * I + i] = arg[i] == j ? 1.0f : 0.0f;
+          break;
+        }
+        case SoftOp::SoftmaxGrad:
+        case SoftOp::LogSoftmaxGrad: {
+          // Softmax: dx = y (dy - sum(dy y)); LogSoftmax: dx = dy - exp(y) sum(dy).
+          bool isLog = op == SoftOp::LogSoftmaxGrad;
+          std::memset(colA, 0, I * sizeof(float));
+          for (int64_t j = 0; j < L; ++j)
+            for (int64_t i = 0; i < I; ++i)
+              colA[i] += isLog ? x[j * I + i] : x[j * I + i] * yv[j * I + i];
+          for (int64_t j = 0; j < L; ++j)
+            for (int64_t i = 0; i < I; ++i) {
+              int64_t k = j * I + i;
+              out[k] = isLog ? x[k] - std::exp(yv[k]) * colA[i] : yv[k] * (x[k] - colA[i]);
+            }
+          break;
+        }
+        }
+        rowCommit(y, o * slice, slice, out);
+      }
+    });
+  });
+}
+
+} // namespace
+
+void registerSoftmaxKernels() {
+  auto reg = [](const char *name, SoftOp op) {
+    registerKernel(name, [op](const StepContext &c, std::string &e) { return createSoft(c, e, op); });
+  };
+  reg("Softmax", SoftOp::Softmax);
+  reg("LogSoftmax", SoftOp::LogSoftmax);
+  reg("Hardmax", SoftOp::Hardmax);
+  reg("ampc.SoftmaxGrad", SoftOp::SoftmaxGrad);
+  reg("ampc.LogSoftmaxGrad", SoftOp::LogSoftmaxGrad);
+}
+
+} // namespace ampc::rt::cpu

@@ -500,6 +500,7 @@ private:
       bytes += std::max<uint64_t>(size, kArenaAlignment);
     }
     m.set_arena_bytes(offset);
+    m.set_io_bytes(bytes);
     m.set_lower_bound_bytes(m.lower_bound_bytes() + bytes);
     m.set_unplanned_bytes(m.unplanned_bytes() + bytes);
   }

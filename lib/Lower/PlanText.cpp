@@ -130,6 +130,8 @@ void printPlanText(const plan::Plan &p, llvm::raw_ostream &os) {
   }
   const plan::MemoryStats &m = p.memory();
   os << "state: " << m.state_bytes() << " bytes, constants: " << m.constant_bytes() << " bytes\n";
+  os << "activations: " << m.arena_bytes() - m.io_bytes() << " bytes (arena without the "
+     << m.io_bytes() << " bytes of program inputs and outputs)\n";
   os << "arena: " << m.arena_bytes() << " bytes, lower bound " << m.lower_bound_bytes()
      << " bytes (peak live), unplanned " << m.unplanned_bytes() << " bytes (sum of all buffers)\n";
 }

@@ -1,0 +1,82 @@
+#!/usr/bin/python3
+"""Models for the benchmarks (not committed: generated into OUTDIR).
+
+  wide_mlp.onnx       1024 -> 1024 -> 1024 -> 1024 -> 10 MLP, batch 256, cross entropy
+  deep_chain.onnx     a generated graph of about 10,000 nodes (compile-time benchmark)
+  chain_<n>.onnx      the same family at other sizes, to check linear growth
+
+Usage: /usr/bin/python3 bench/make_models.py OUTDIR
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from onnx import TensorProto, helper, numpy_helper
+
+
+class WideMLP(nn.Module):
+    def __init__(self, width=1024, depth=3, classes=10):
+        super().__init__()
+        layers = [nn.Linear(width, width) for _ in range(depth)]
+        self.hidden = nn.ModuleList(layers)
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, x, target):
+        for layer in self.hidden:
+            x = F.relu(layer(x))
+        return F.cross_entropy(self.out(x), target)
+
+
+def export_wide_mlp(path):
+    torch.manual_seed(0)
+    model = WideMLP()
+    x = torch.randn(256, 1024)
+    t = torch.randint(0, 10, (256,))
+    torch.onnx.export(model, (x, t), path, input_names=["input", "target"], output_names=["loss"],
+                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False)
+
+
+def chain_model(path, blocks):
+    """A residual chain: each block is MatMul, Add, Relu, Mul, Add (5 nodes)."""
+    rng = np.random.default_rng(0)
+    width = 16
+    nodes, inits = [], []
+    prev = "input"
+    for i in range(blocks):
+        w = numpy_helper.from_array((rng.normal(size=(width, width)) * 0.05).astype(np.float32), "w%d" % i)
+        b = numpy_helper.from_array(np.zeros(width, np.float32), "b%d" % i)
+        s = numpy_helper.from_array(np.full(width, 0.5, np.float32), "s%d" % i)
+        inits += [w, b, s]
+        nodes += [
+            helper.make_node("MatMul", [prev, "w%d" % i], ["m%d" % i]),
+            helper.make_node("Add", ["m%d" % i, "b%d" % i], ["a%d" % i]),
+            helper.make_node("Relu", ["a%d" % i], ["r%d" % i]),
+            helper.make_node("Mul", ["r%d" % i, "s%d" % i], ["p%d" % i]),
+            helper.make_node("Add", ["p%d" % i, prev], ["h%d" % i]),
+        ]
+        prev = "h%d" % i
+    nodes.append(helper.make_node("ReduceMean", [prev], ["loss"], keepdims=0))
+    graph = helper.make_graph(nodes, "chain",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, width])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "bench/out"
+    os.makedirs(out, exist_ok=True)
+    export_wide_mlp(os.path.join(out, "wide_mlp.onnx"))
+    for blocks in (250, 500, 1000, 2000):
+        chain_model(os.path.join(out, "chain_%d.onnx" % (blocks * 5 + 1)), blocks)
+    print("models written to", out)
+
+
+if __name__ == "__main__":
+    main()

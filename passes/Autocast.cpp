@@ -351,21 +351,29 @@ void Autocaster::classify(FloatNode &f) {
                                 " in the model; left as is");
     return;
   }
-  if (forced != forcedNodes.end() && !forced->second.lowPrecision) {
+  bool forcedLow = forced != forcedNodes.end() && forced->second.lowPrecision;
+  if (forced != forcedNodes.end() && !forcedLow) {
     f.kind = Kind::Deny;
     f.reason = "forced fp32 by the user (" + forced->second.origin + ")";
     return;
   }
+  if (!forcedLow && (f.listClass == PrecisionClass::Deny || !f.listClass)) {
+    f.kind = Kind::Deny;
+    f.reason = listReason(f);
+    return;
+  }
+  // Nodes that cannot take the low type stay fp32 without spreading fp32:
+  // nothing about their numbers is dangerous.
   if (auto why = cannotRunLow(f)) {
     f.kind = Kind::Fixed;
     f.reason = listReason(f) + ", kept fp32: " + *why;
-    if (forced != forcedNodes.end())
+    if (forcedLow)
       result_.remarks.push_back("node " + quoted(&n) + " stays fp32 although " +
                                 forced->second.origin + " asks for " + lowName() + ": " + *why);
     return;
   }
   auto constant = badConstant(f);
-  if (forced != forcedNodes.end()) {
+  if (forcedLow) {
     if (constant) {
       f.kind = Kind::Deny;
       f.reason = "forced " + lowName() + " by the user (" + forced->second.origin +
@@ -377,11 +385,6 @@ void Autocaster::classify(FloatNode &f) {
     }
     f.kind = Kind::Allow;
     f.reason = "forced " + lowName() + " by the user (" + forced->second.origin + ")";
-    return;
-  }
-  if (f.listClass == PrecisionClass::Deny || !f.listClass) {
-    f.kind = Kind::Deny;
-    f.reason = listReason(f);
     return;
   }
   if (constant) {

@@ -907,6 +907,7 @@ std::string AutocastResult::report() const {
        << std::string(opWidth - op.size() + 2, ' ') << precision
        << std::string(precision.size() < 9 ? 11 - precision.size() : 2, ' ') << reason << "\n";
   };
+  os << "policy: " << policy << "\n";
   row("node", "op", "precision", "reason");
   for (const AutocastRow &r : rows)
     row(r.node, r.op, r.precision, r.reason);
@@ -924,6 +925,7 @@ llvm::Expected<AutocastResult> autocast(Graph &g, const AutocastOptions &opts) {
                      shortDTypeName(opts.lowType));
   AutocastResult result;
   result.lowType = opts.lowType;
+  result.policy = llvm::join(opts.policy.sources(), " + ");
   Autocaster autocaster(g, opts, result);
   if (auto err = autocaster.run())
     return err;

@@ -35,6 +35,8 @@ struct AutocastRow {
 
 struct AutocastResult {
   DType lowType = DType::F16;
+  /// Where the policy came from: "default lists + my.policy + --fp32-ops".
+  std::string policy;
   std::vector<AutocastRow> rows;
   /// Float nodes (model Casts excluded) and those now computing in lowType.
   unsigned floatNodes = 0;
@@ -52,7 +54,7 @@ struct AutocastResult {
 
   /// "autocast: N/M float nodes in fp16, K casts (W weight casts)".
   std::string summaryLine() const;
-  /// The table, the casts and the summary line.
+  /// The policy line, the table, the casts and the summary line.
   std::string report() const;
 };
 

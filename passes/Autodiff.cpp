@@ -99,6 +99,16 @@ void GradientBuilder::setGrad(unsigned i, Value *grad) {
   inputGrads_[i].push_back(grad);
 }
 
+const Tensor *GradientBuilder::constantData(const Value *v) {
+  if (!v)
+    return nullptr;
+  if (v->isConstant())
+    return v->data();
+  if (v->producer() && v->producer()->is("Constant"))
+    return v->producer()->getTensor("value");
+  return nullptr;
+}
+
 Value *GradientBuilder::dYOrZeros(unsigned i) {
   if (Value *d = dY(i))
     return d;
@@ -124,7 +134,8 @@ Value *GradientBuilder::savedOutput(unsigned i, const std::string &what) {
 }
 
 std::string GradientBuilder::nodeName(const std::string &opType) {
-  return g_.uniqueName(node_.displayName() + "_Grad/" + opType);
+  unsigned k = opCounts_[opType]++;
+  return node_.displayName() + "_Grad/" + opType + (k ? "_" + std::to_string(k) : "");
 }
 
 Node *GradientBuilder::emit(const std::string &opType, const std::vector<Value *> &inputs,

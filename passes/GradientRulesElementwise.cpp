@@ -11,6 +11,7 @@
 #include "ampc/Passes/Autodiff.h"
 
 #include <cmath>
+#include <optional>
 
 namespace ampc {
 
@@ -18,14 +19,9 @@ namespace {
 
 using B = GradientBuilder;
 
-/// The constant data of v when it is a constant initializer, else nullptr.
-const Tensor *constantData(const Value *v) {
-  return v && v->isConstant() ? v->data() : nullptr;
-}
-
 /// The value of a constant whose elements are all equal, if it is one.
 std::optional<double> uniformConstant(const Value *v) {
-  const Tensor *t = constantData(v);
+  const Tensor *t = B::constantData(v);
   if (!t || t->size() == 0)
     return std::nullopt;
   double first = t->getDouble(0);

@@ -197,7 +197,8 @@ void batchNormGrad(B &b) {
 /// applies the forward node's mask (requested when omitted) to dY.
 void dropoutGrad(B &b) {
   Value *training = b.x(2);
-  bool inference = !training || (training->isConstant() && training->data()->getInt(0) == 0);
+  const Tensor *mode = B::constantData(training);
+  bool inference = !training || (mode && mode->getInt(0) == 0);
   if (inference) {
     b.setGrad(0, b.dY());
     return;

@@ -105,12 +105,13 @@ std::optional<std::vector<int64_t>> reducedAxes(B &b, bool &ok) {
   std::vector<int64_t> axes;
   ok = true;
   if (Value *in = n.input(1)) {
-    if (!in->isConstant() || !in->data()) {
+    const Tensor *data = B::constantData(in);
+    if (!data) {
       ok = false;
       b.fail("the axes operand must be a constant");
       return std::nullopt;
     }
-    axes = in->data()->toInt64s();
+    axes = data->toInt64s();
   } else {
     axes = n.getInts("axes");
   }

@@ -79,6 +79,7 @@ std::vector<Case> cases() {
       {"Mul", "same shape", "(double[2,3] a, double[2,3] b) => (double[?,?] y) { y = Mul (a, b) }"},
       {"Mul", "[2,3,4] * [1,3,1]", "(double[2,3,4] a, double[1,3,1] b) => (double[?,?,?] y) { y = Mul (a, b) }"},
       {"Mul", "x * x (one Sum of partials)", "(double[2,3] x) => (double[?,?] y) { y = Mul (x, x) }"},
+      {"Sum", "three operands, broadcast", "(double[2,3] a, double[3] b, double[2,1] c) => (double[?,?] y) { y = Sum (a, b, c) }"},
       {"Div", "same shape", "(double[2,3] a, double[2,3] b) => (double[?,?] y) { y = Div (a, b) }", {{"b", positive}}},
       {"Div", "[2,3,4] / [4]", "(double[2,3,4] a, double[4] b) => (double[?,?,?] y) { y = Div (a, b) }", {{"b", positive}}},
       {"Div", "[3] / [2,3]", "(double[3] a, double[2,3] b) => (double[?,?] y) { y = Div (a, b) }", {{"b", {-2.0, -0.5}}}},

@@ -122,6 +122,9 @@ public:
   /// statistics, pooling indices, dropout masks): the memory-saving inputs of
   /// the gradient ops. A requested result is named `<node>_<what>`.
   Value *savedOutput(unsigned i, const std::string &what);
+  /// The data of a constant operand (a constant initializer or a Constant
+  /// node's value), or nullptr.
+  static const Tensor *constantData(const Value *v);
   /// Records an error (the first one wins) and returns nullptr.
   Value *fail(const llvm::Twine &msg);
 
@@ -178,6 +181,8 @@ private:
   std::vector<bool> wanted_;
   std::vector<std::vector<Value *>> inputGrads_;
   std::vector<Node *> emitted_;
+  /// Emitted nodes per op type, to name them `<node>_Grad/<Op>_<k>`.
+  std::map<std::string, unsigned> opCounts_;
   std::string error_;
 };
 

@@ -12,6 +12,7 @@
 #include "ampc/rt/FusedOps.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <optional>
 #include <set>
 
@@ -44,6 +45,91 @@ bool isFusableElementwise(const Node &n) {
       if (n.input(i) && n.input(i)->type().numElements() != 1)
         return false;
   return true;
+}
+
+/// Second phase: merges groups of equal shape that read the same values or
+/// feed each other but were not joined in the first pass (order of creation,
+/// several producers). Group `j` absorbs an earlier group `i` when no node
+/// outside both needs one of i's values before j's last node — the merged
+/// group runs there — which also rules out a cycle through outside nodes.
+void mergeSiblings(std::vector<FusionGroup> &groups,
+                   std::unordered_map<const Node *, size_t> &groupOf,
+                   std::unordered_map<const Node *, size_t> &position, size_t maxNodes,
+                   size_t maxInputs) {
+  auto last = [&](const FusionGroup &g) { return position[g.nodes.back()]; };
+  auto outsideInputs = [&](const FusionGroup &a, const FusionGroup &b) {
+    std::set<const Value *> inside, inputs;
+    for (const FusionGroup *g : {&a, &b})
+      for (const Node *n : g->nodes)
+        inside.insert(n->output());
+    for (const FusionGroup *g : {&a, &b})
+      for (const Node *n : g->nodes)
+        for (const Value *v : n->inputs())
+          if (v && !inside.count(v))
+            inputs.insert(v);
+    return inputs.size();
+  };
+  // Groups reading each value, to find related groups quickly.
+  std::unordered_map<const Value *, std::vector<size_t>> readers;
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (const Node *n : groups[gi].nodes)
+      for (const Value *v : n->inputs())
+        if (v)
+          readers[v].push_back(gi);
+  auto canMerge = [&](size_t i, size_t j) {
+    const FusionGroup &a = groups[i], &b = groups[j];
+    if (a.nodes.empty() || b.nodes.empty() || i == j || last(a) > last(b))
+      return false;
+    if (a.nodes.front()->output()->shape() != b.nodes.front()->output()->shape() ||
+        a.nodes.size() + b.nodes.size() > maxNodes)
+      return false;
+    size_t at = last(b);
+    for (const Node *m : a.nodes)
+      for (const Use &u : m->output()->uses()) {
+        auto it = groupOf.find(u.user);
+        bool inside = it != groupOf.end() && (it->second == i || it->second == j);
+        if (!inside && position[u.user] < at)
+          return false;
+      }
+    return outsideInputs(a, b) <= maxInputs;
+  };
+  std::vector<size_t> byLast(groups.size());
+  for (size_t k = 0; k < groups.size(); ++k)
+    byLast[k] = k;
+  std::sort(byLast.begin(), byLast.end(),
+            [&](size_t x, size_t y) { return last(groups[x]) < last(groups[y]); });
+  for (size_t j : byLast) {
+    bool merged = true;
+    while (merged) {
+      merged = false;
+      std::vector<size_t> related;
+      for (const Node *n : groups[j].nodes)
+        for (const Value *v : n->inputs()) {
+          if (!v)
+            continue;
+          if (v->producer() && groupOf.count(v->producer()))
+            related.push_back(groupOf[v->producer()]);
+          for (size_t r : readers[v])
+            related.push_back(r);
+        }
+      for (size_t i : related) {
+        if (!canMerge(i, j))
+          continue;
+        for (const Node *n : groups[i].nodes) {
+          groupOf[n] = j;
+          groups[j].nodes.push_back(n);
+          for (const Value *v : n->inputs())
+            if (v)
+              readers[v].push_back(j);
+        }
+        groups[i].nodes.clear();
+        std::sort(groups[j].nodes.begin(), groups[j].nodes.end(),
+                  [&](const Node *x, const Node *y) { return position[x] < position[y]; });
+        merged = true;
+        break;
+      }
+    }
+  }
 }
 
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
@@ -112,7 +198,13 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
     groups[*target].nodes.push_back(n);
     groupOf[n] = *target;
   }
-  return groups;
+  if (fuse)
+    mergeSiblings(groups, groupOf, position, maxNodes, maxInputs);
+  std::vector<FusionGroup> live;
+  for (FusionGroup &g : groups)
+    if (!g.nodes.empty())
+      live.push_back(std::move(g));
+  return live;
 }
 
 } // namespace ampc

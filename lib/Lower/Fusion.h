@@ -23,6 +23,6 @@ bool isFusableElementwise(const Node &n);
 /// is needed by an unfused node placed before it. Every fusable node belongs
 /// to exactly one group (possibly of one node).
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
-                                          size_t maxNodes = 48, size_t maxInputs = 12);
+                                          size_t maxNodes = 64, size_t maxInputs = 16);
 
 } // namespace ampc

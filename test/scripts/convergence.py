@@ -20,7 +20,7 @@ BATCH = 8  # the fixture MLP's batch
 def make_data(work):
     """Four Gaussian classes in 16 dimensions, means on a simplex, overlapping."""
     rng = np.random.default_rng(1234)
-    means = rng.normal(size=(4, 16)) * 1.2
+    means = rng.normal(size=(4, 16)) * 0.7
     def sample(n):
         y = rng.integers(0, 4, size=n)
         x = means[y] + rng.normal(size=(n, 16))

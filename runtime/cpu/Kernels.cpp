@@ -14,6 +14,10 @@ void registerAllCpuKernels() {
   registerNormKernels();
   registerSoftmaxKernels();
   registerLossKernels();
+  registerReduceKernels();
+  registerDataMovementKernels();
+  registerElementwiseKernels();
+  registerTrainingKernels();
 }
 
 } // namespace ampc::rt::cpu

@@ -353,7 +353,9 @@ void runCase(const Case &c, DType t) {
     return;
   EXPECT_TRUE(same1) << "1 thread: two runs differ";
   EXPECT_TRUE(same2) << "2 threads: two runs differ";
-  Row &row = table()[{c.op, typeName(t)}];
+  // Cases without a `T` operand (integers, bool) run once, listed as "int".
+  bool typed = substitute(c.model, DType::F16) != substitute(c.model, DType::F32);
+  Row &row = table()[{c.op, typed ? typeName(t) : "int"}];
   ++row.cases;
   for (size_t i = 0; i < names.size(); ++i) {
     if (!c.only.empty() && std::find(c.only.begin(), c.only.end(), names[i]) == c.only.end())
@@ -707,4 +709,227 @@ TEST(CpuKernel, LossGrads) {
                      "\", ignore_index = 2, shape = [8,10]> (dl, t, w) }",
                  {{"t", intsIn(0, 9)}, {"w", uniformIn(0.5, 1.5)}}});
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, Reduce) {
+  struct R {
+    const char *x, *y, *axes;
+    int keep;
+  };
+  std::vector<R> cases = {{"[3,4,5]", "[3,1,5]", "[1]", 1},  {"[3,4,5]", "[4]", "[0,2]", 0},
+                          {"[3,4,5]", "[3,4,1]", "[-1]", 1}, {"[3,4,5]", "[1,1,1]", "", 1},
+                          {"[2,3,4,5]", "[3,5]", "[0,2]", 0}, {"[64,33]", "[1,33]", "[0]", 1},
+                          {"[4,1000]", "[4]", "[1]", 0},     {"[2,1,3]", "[2,3]", "[1]", 0},
+                          {"[300,3,40]", "[3]", "[0,2]", 0}};
+  for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare",
+                         "ReduceL1", "ReduceL2", "ReduceProd", "ReduceLogSum", "ReduceLogSumExp"}) {
+    std::string o = op;
+    for (const R &c : cases) {
+      std::string axes = c.axes, keep = "keepdims = " + std::to_string(c.keep);
+      std::string model;
+      if (o == "ReduceSum") {
+        std::string n = axes.empty() ? "0" : std::to_string(std::count(axes.begin(), axes.end(), ',') + 1);
+        std::string init = axes.empty() ? "" : " <int64[" + n + "] ax = {" + axes.substr(1, axes.size() - 2) + "}>";
+        model = header() + "g (T" + c.x + " x) => (T" + c.y + " y)" + init + " { y = ReduceSum <" + keep +
+                "> (x" + (axes.empty() ? "" : ", ax") + ") }";
+      } else {
+        std::string attrs = keep + (axes.empty() ? "" : ", axes = " + axes);
+        model = header() + "g (T" + c.x + " x) => (T" + c.y + " y) { y = " + o + " <" + attrs + "> (x) }";
+      }
+      std::map<std::string, Generator> g;
+      if (o == "ReduceLogSum")
+        g["x"] = uniformIn(0.1, 1.0);
+      if (o == "ReduceProd")
+        g["x"] = uniformIn(0.9, 1.1);
+      // Long fp32 sums: the fp32 partial sums differ from double by more.
+      runAllTypes({o, model, g, 4.0});
+    }
+  }
+  runAllTypes({"ReduceSum", header() + "g (T[3,4] x) => (T[3,4] y) <int64[0] ax = {}> "
+                                       "{ y = ReduceSum <noop_with_empty_axes = 1> (x, ax) }"});
+  // Integers.
+  for (const char *op : {"ReduceSum", "ReduceMax", "ReduceMin"})
+    runCase({op, header() + "g (int64[3,4,5] x) => (int64[3,5] y) <int64[1] ax = {1}> { y = " +
+                     std::string(op) + " <keepdims = 0" +
+                     (std::string(op) == "ReduceSum" ? std::string("> (x, ax) }") : ", axes = [1]> (x) }"),
+             {{"x", intsIn(-50, 50)}}},
+            DType::F32);
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, Transpose) {
+  runAllTypes({"Transpose", header() + "g (T[2,3,4] x) => (T[4,2,3] y) { y = Transpose <perm = [2,0,1]> (x) }"});
+  runAllTypes({"Transpose", header() + "g (T[2,3,4,5] x) => (T[2,4,3,5] y) { y = Transpose <perm = [0,2,1,3]> (x) }"});
+  runAllTypes({"Transpose", header() + "g (T[33,65] x) => (T[65,33] y) { y = Transpose (x) }"});
+  runAllTypes({"Transpose", header() + "g (T[2,1,3,1] x) => (T[1,3,2,1] y) { y = Transpose <perm = [3,2,0,1]> (x) }"});
+  runCase({"Transpose", header() + "g (int64[2,3,4] x) => (int64[3,4,2] y) { y = Transpose <perm = [1,2,0]> (x) }",
+           {{"x", intsIn(-1000, 1000)}}},
+          DType::F32);
+}
+
+TEST(CpuKernel, ConcatSplit) {
+  runAllTypes({"Concat", header() + "g (T[2,3,4] a, T[2,2,4] b, T[2,1,4] c) => (T[2,6,4] y) { y = Concat <axis = 1> (a, b, c) }"});
+  runAllTypes({"Concat", header() + "g (T[2,3] a, T[2,5] b) => (T[2,8] y) { y = Concat <axis = -1> (a, b) }"});
+  runAllTypes({"Concat", header() + "g (T[2,3] a, T[1,3] b) => (T[3,3] y) { y = Concat <axis = 0> (a, b) }"});
+  runCase({"Concat", header() + "g (int64[2] a, int64[3] b) => (int64[5] y) { y = Concat <axis = 0> (a, b) }",
+           {{"a", intsIn(-9, 9)}, {"b", intsIn(-9, 9)}}},
+          DType::F32);
+  runAllTypes({"Split", header() + "g (T[2,6,3] x) => (T[2,1,3] a, T[2,2,3] b, T[2,3,3] c) <int64[3] s = {1,2,3}> "
+                                   "{ a, b, c = Split <axis = 1> (x, s) }"});
+  runAllTypes({"Split", header() + "g (T[4,6] x) => (T[4,3] a, T[4,3] b) { a, b = Split <axis = -1> (x) }"});
+  runAllTypes({"Split", header() + "g (T[4,6] x) => (T[2,6] a, T[2,6] b) { a, b = Split (x) }"});
+}
+
+TEST(CpuKernel, Slice) {
+  runAllTypes({"Slice", header() + "g (T[5,6,7] x) => (T[3,6,3] y) <int64[2] s = {1,-5}, int64[2] e = {4,100}, "
+                                   "int64[2] a = {0,2}, int64[2] st = {1,2}> { y = Slice (x, s, e, a, st) }"});
+  runAllTypes({"Slice", header() + "g (T[5,6] x) => (T[5,3] y) <int64[1] s = {-1}, int64[1] e = {-100}, "
+                                   "int64[1] a = {1}, int64[1] st = {-2}> { y = Slice (x, s, e, a, st) }"});
+  runAllTypes({"Slice", header() + "g (T[4,5] x) => (T[2,5] y) <int64[1] s = {1}, int64[1] e = {3}> "
+                                   "{ y = Slice (x, s, e) }"});
+  runAllTypes({"ampc.SliceGrad", header(kAmpc) + "g (T[3,6,3] dy) => (T[5,6,7] dx) <int64[2] s = {1,-5}, int64[2] e = "
+                                                 "{4,100}, int64[2] a = {0,2}, int64[2] st = {1,2}> "
+                                                 "{ dx = ampc.SliceGrad <shape = [5,6,7]> (dy, s, e, a, st) }"});
+  runAllTypes({"ampc.SliceGrad", header(kAmpc) + "g (T[5,3] dy) => (T[5,6] dx) <int64[1] s = {-1}, int64[1] e = {-100}, "
+                                                 "int64[1] a = {1}, int64[1] st = {-2}> "
+                                                 "{ dx = ampc.SliceGrad <shape = [5,6]> (dy, s, e, a, st) }"});
+}
+
+TEST(CpuKernel, Gather) {
+  runAllTypes({"Gather", header() + "g (T[5,4] x, int64[3] i) => (T[3,4] y) { y = Gather <axis = 0> (x, i) }",
+               {{"i", intsIn(-5, 4)}}});
+  runAllTypes({"Gather", header() + "g (T[2,5,3] x, int32[2,2] i) => (T[2,2,2,3] y) { y = Gather <axis = 1> (x, i) }",
+               {{"i", intsIn(0, 4)}}});
+  runAllTypes({"Gather", header() + "g (T[6,300] x, int64[4,7] i) => (T[4,7,300] y) { y = Gather (x, i) }",
+               {{"i", intsIn(0, 5)}}});
+  runAllTypes({"GatherElements", header() + "g (T[3,4] x, int64[3,2] i) => (T[3,2] y) { y = GatherElements <axis = 1> (x, i) }",
+               {{"i", intsIn(-4, 3)}}});
+  runAllTypes({"GatherElements", header() + "g (T[3,4,2] x, int64[2,4,2] i) => (T[2,4,2] y) { y = GatherElements (x, i) }",
+               {{"i", intsIn(0, 2)}}});
+  runAllTypes({"ampc.GatherGrad", header(kAmpc) + "g (T[6,4] dy, int64[6] i) => (T[5,4] dx) "
+                                                  "{ dx = ampc.GatherGrad <axis = 0, shape = [5,4]> (dy, i) }",
+               {{"i", intsIn(-5, 4)}}});
+  runAllTypes({"ampc.GatherGrad", header(kAmpc) + "g (T[2,2,3,3] dy, int64[2,3] i) => (T[2,5,3] dx) "
+                                                  "{ dx = ampc.GatherGrad <axis = 1, shape = [2,5,3]> (dy, i) }",
+               {{"i", intsIn(0, 4)}}});
+  runAllTypes({"ampc.GatherGrad", header(kAmpc) + "g (T[8,9,300] dy, int64[8,9] i) => (T[20,300] dx) "
+                                                  "{ dx = ampc.GatherGrad <shape = [20,300]> (dy, i) }",
+               {{"i", intsIn(0, 19)}}});
+}
+
+TEST(CpuKernel, ExpandTilePad) {
+  runAllTypes({"Expand", header() + "g (T[3,1] x) => (T[2,3,4] y) <int64[3] s = {2,3,4}> { y = Expand (x, s) }"});
+  runAllTypes({"Expand", header() + "g (T[4] x) => (T[3,4] y) <int64[2] s = {3,1}> { y = Expand (x, s) }"});
+  runAllTypes({"Tile", header() + "g (T[2,3] x) => (T[4,9] y) <int64[2] r = {2,3}> { y = Tile (x, r) }"});
+  runAllTypes({"Tile", header() + "g (T[2,1,3] x) => (T[2,4,3] y) <int64[3] r = {1,4,1}> { y = Tile (x, r) }"});
+  for (const char *mode : {"constant", "edge", "reflect"}) {
+    std::string m = mode;
+    runAllTypes({"Pad", header() + "g (T[3,4] x) => (T[6,7] y) <int64[4] p = {1,2,2,1}, T v = {0.5}> "
+                                   "{ y = Pad <mode = \"" + m + "\"> (x, p, v) }"});
+    runAllTypes({"Pad", header() + "g (T[2,3,4] x) => (T[2,5,4] y) <int64[6] p = {0,1,0,0,1,0}> "
+                                   "{ y = Pad <mode = \"" + m + "\"> (x, p) }"});
+  }
+  runCase({"Pad", header() + "g (int64[2,3] x) => (int64[4,3] y) <int64[4] p = {1,0,1,0}, int64 v = {7}> "
+                             "{ y = Pad (x, p, v) }",
+           {{"x", intsIn(-9, 9)}}},
+          DType::F32);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops the fused kernel does not take
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, CastWhereInt) {
+  runAllTypes({"Cast", header() + "g (int64[3,4] x) => (T[3,4] y) { y = Cast <to = 1> (x) }",
+               {{"x", intsIn(-70000, 70000)}}});
+  runAllTypes({"Cast", header() + "g (T[3,4] x) => (int64[3,4] y) { y = Cast <to = 7> (x) }",
+               {{"x", uniformIn(-100, 100)}}});
+  runAllTypes({"Cast", header() + "g (bool[5] x) => (T[5] y) { y = Cast <to = 1> (x) }",
+               {{"x", boolsWith(0.5)}}});
+  runCase({"Cast", header() + "g (int64[6] x) => (int32[6] y) { y = Cast <to = 6> (x) }",
+           {{"x", intsIn(-1000, 1000)}}},
+          DType::F32);
+  runCase({"Where", header() + "g (bool[3,4] c, int64[3,4] a, int64[4] b) => (int64[3,4] y) { y = Where (c, a, b) }",
+           {{"c", boolsWith(0.5)}, {"a", intsIn(-9, 9)}, {"b", intsIn(-9, 9)}}},
+          DType::F32);
+  for (const char *op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+    runCase({op, header() + "g (int64[3,4] a, int64[4] b) => (int64[3,4] y) { y = " + std::string(op) + " (a, b) }",
+             {{"a", intsIn(-20, 20)}, {"b", intsIn(-5, 5)}}},
+            DType::F32);
+  for (const char *op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+    runCase({op, header() + "g (int64[3,4] a, int64[3,1] b) => (bool[3,4] y) { y = " + std::string(op) + " (a, b) }",
+             {{"a", intsIn(-3, 3)}, {"b", intsIn(-3, 3)}}},
+            DType::F32);
+  for (const char *op : {"Neg", "Abs", "Sign"})
+    runCase({op, header() + "g (int64[7] a) => (int64[7] y) { y = " + std::string(op) + " (a) }",
+             {{"a", intsIn(-3, 3)}}},
+            DType::F32);
+}
+
+TEST(CpuKernel, ActivationGrads) {
+  runAllTypes({"ampc.LeakyReluGrad", header(kAmpc) + "g (T[4,5] dy, T[4,5] x) => (T[4,5] dx) "
+                                                     "{ dx = ampc.LeakyReluGrad <alpha = 0.2> (dy, x) }"});
+  runAllTypes({"ampc.LeakyReluGrad", header(kAmpc) + "g (T[3000] dy, T[3000] x) => (T[3000] dx) "
+                                                     "{ dx = ampc.LeakyReluGrad (dy, x) }"});
+}
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, DropoutCopies) {
+  // Inference mode and ratio 0 copy (and the mask is all true).
+  runAllTypes({"Dropout", header() + "g (T[4,5] x) => (T[4,5] y, bool[4,5] m) { y, m = Dropout (x) }"});
+  runAllTypes({"Dropout", header() + "g (T[4,5] x) => (T[4,5] y, bool[4,5] m) <T r = {0.0}, bool t = {1}> "
+                                     "{ y, m = Dropout (x, r, t) }"});
+  runAllTypes({"ampc.DropoutGrad", header(kAmpc) + "g (T[4,5] dy, bool[4,5] m) => (T[4,5] dx) <T r = {0.25}, bool t = {1}> "
+                                                   "{ dx = ampc.DropoutGrad (dy, m, r, t) }",
+               {{"m", boolsWith(0.7)}}});
+  runAllTypes({"ampc.DropoutGrad", header(kAmpc) + "g (T[4,5] dy, bool[4,5] m) => (T[4,5] dx) "
+                                                   "{ dx = ampc.DropoutGrad (dy, m) }",
+               {{"m", boolsWith(0.7)}}});
+}
+
+/// Training mode: the mask is random, so it is checked for its properties:
+/// kept values are x / (1 - ratio), dropped ones 0; about `ratio` dropped; a
+/// new mask every run; the same masks for 1 and 2 threads.
+TEST(CpuKernel, DropoutTraining) {
+  auto g = importModelText(header() + "g (float[100,100] x) => (float[100,100] y, bool[100,100] m) "
+                                      "<float r = {0.3}, bool t = {1}> { y, m = Dropout <seed = 5> (x, r, t) }",
+                           "dropout");
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  auto p = lowerToPlan(**g, {});
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  std::mt19937_64 rng(7);
+  Tensor x = uniform(TensorType(DType::F32, {100, 100}), rng, 0.5, 1.0);
+  std::vector<std::vector<uint8_t>> masks[2];
+  for (int threads : {1, 2}) {
+    std::string error;
+    auto s = rt::Session::fromPlan(*p, rt::createCpuBackend({threads}), error);
+    ASSERT_TRUE(s) << error;
+    for (int run = 0; run < 3; ++run) {
+      ASSERT_TRUE(s->feed(0, "x", toHost(x), "test", error)) << error;
+      ASSERT_TRUE(s->run(0, error)) << error;
+      rt::HostArray y, m;
+      ASSERT_TRUE(s->output(0, "y", y, error) && s->output(0, "m", m, error)) << error;
+      int64_t dropped = 0;
+      for (int64_t i = 0; i < 10000; ++i) {
+        double want = m.at(i) ? static_cast<double>(static_cast<float>(x.getDouble(i)) * static_cast<float>(1.0 / 0.7)) : 0.0;
+        ASSERT_NEAR(y.at(i), want, 1e-6) << i;
+        dropped += m.at(i) == 0;
+      }
+      EXPECT_NEAR(dropped / 10000.0, 0.3, 0.03);
+      masks[threads - 1].push_back(m.bytes);
+    }
+    EXPECT_NE(masks[threads - 1][0], masks[threads - 1][1]);
+    EXPECT_NE(masks[threads - 1][1], masks[threads - 1][2]);
+  }
+  EXPECT_EQ(masks[0], masks[1]);
 }

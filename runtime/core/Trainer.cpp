@@ -242,6 +242,9 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
       }
   int outputProgram = step >= 0 ? step : apply;
   bool warnedScale = false;
+  // Progress shows the mean loss since the previous line: one batch's loss is noisy.
+  double lossSum = 0;
+  int64_t lossCount = 0;
   auto start = Clock::now();
   int64_t first = counters["step"];
   int64_t reportEvery = std::max<int64_t>(1, (opts.steps - first) / 20);
@@ -277,22 +280,32 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
           << "): gradients overflow even unscaled; training may be stalling\n";
       warnedScale = true;
     }
+    if (!std::isnan(loss)) {
+      lossSum += loss;
+      ++lossCount;
+    }
     if (!opts.quiet) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       double rate = (s + 1 - first) / std::max(elapsed, 1e-9);
       double left = (opts.steps - s - 1) / std::max(rate, 1e-9);
       std::ostringstream line;
-      line << "step " << s + 1 << "/" << opts.steps << "  loss " << std::setprecision(6) << loss;
+      double shown = lossCount ? lossSum / lossCount : loss;
+      line << "step " << s + 1 << "/" << opts.steps << "  loss " << std::setprecision(6) << shown;
       if (!std::isnan(scale))
         line << "  scale " << scale;
       if (skipped)
         line << "  (overflow: skipped)";
       line << "  " << std::setprecision(3) << rate << " steps/s  " << std::setprecision(3) << left
            << " s left";
+      bool report = (s + 1 - first) % reportEvery == 0 || s + 1 == opts.steps;
       if (opts.terminal)
         out << "\r" << line.str() << "\033[K" << std::flush;
-      else if ((s + 1 - first) % reportEvery == 0 || s + 1 == opts.steps)
+      else if (report)
         out << line.str() << "\n";
+      if (report) {
+        lossSum = 0;
+        lossCount = 0;
+      }
     }
     if (opts.checkpointEvery > 0 && !opts.checkpointDir.empty() &&
         (s + 1) % opts.checkpointEvery == 0 &&

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <cstring>
 #include <random>
@@ -932,4 +933,25 @@ TEST(CpuKernel, DropoutTraining) {
     EXPECT_NE(masks[threads - 1][1], masks[threads - 1][2]);
   }
   EXPECT_EQ(masks[0], masks[1]);
+}
+
+//===----------------------------------------------------------------------===//
+// Training-step ops
+//===----------------------------------------------------------------------===//
+
+TEST(CpuKernel, AllFinite) {
+  Generator withInf = [](const TensorType &t, std::mt19937_64 &rng) {
+    Tensor x = uniform(t, rng);
+    x.setDouble(t.numElements() / 2, std::numeric_limits<double>::infinity());
+    return x;
+  };
+  Generator withNaN = [](const TensorType &t, std::mt19937_64 &rng) {
+    Tensor x = uniform(t, rng);
+    x.setDouble(t.numElements() - 1, std::numeric_limits<double>::quiet_NaN());
+    return x;
+  };
+  std::string m = header(kAmpc) + "g (T[40,30] a, T[7] b) => (bool ok) { ok = ampc.AllFinite (a, b) }";
+  runAllTypes({"ampc.AllFinite", m});
+  runAllTypes({"ampc.AllFinite", m, {{"a", withInf}}});
+  runAllTypes({"ampc.AllFinite", m, {{"b", withNaN}}});
 }

@@ -39,7 +39,9 @@ std::string PassOptions::getString(llvm::StringRef name) const {
 std::vector<std::string> PassOptions::getList(llvm::StringRef name) const {
   std::vector<std::string> out;
   llvm::SmallVector<llvm::StringRef> parts;
-  llvm::StringRef(getString(name)).split(parts, ',', -1, /*KeepEmpty=*/false);
+  // The parts point into the text: keep it alive while they are read.
+  std::string text = getString(name);
+  llvm::StringRef(text).split(parts, ',', -1, /*KeepEmpty=*/false);
   for (auto p : parts)
     out.push_back(p.trim().str());
   return out;

@@ -10,6 +10,7 @@
 
 #include "Kernel.h"
 
+#include "ampc/rt/FusedEval.h"
 #include "ampc/rt/FusedOps.h"
 
 #include <limits>
@@ -30,8 +31,7 @@ struct Instr {
   FusedOp op;
   int a = 0, b = 0, c = 0;
   plan::ElemType type;
-  float alpha = 0, beta = 0, gamma = 0;
-  bool hasMin = false, hasMax = false, detectPos = true, detectNeg = true;
+  fused::FusedParams params;
 };
 
 template <typename R> void loadBlock(const TensorArg &t, const InputMap &m,
@@ -155,86 +155,19 @@ template <typename R> void roundBlock(plan::ElemType type, R *r, int64_t n) {
   }
 }
 
+/// One instruction over a block: the per-element definitions are
+/// fused::fusedScalar (FusedEval.h), which the CUDA fused kernel runs too.
 template <typename R>
 void execute(const Instr &in, R *out, const R *a, const R *b, const R *c, int64_t n) {
-  using namespace math;
+  const fused::FusedParams p = in.params; // a copy: cannot alias out
   switch (in.op) {
-#define UNARY(OP, EXPR)                                                                            \
-  case FusedOp::OP:                                                                                \
-    for (int64_t j = 0; j < n; ++j) {                                                              \
-      R x = a[j];                                                                                  \
-      out[j] = (EXPR);                                                                             \
-    }                                                                                              \
+#define AMPC_CPU_FUSED_CASE(NAME)                                                                  \
+  case FusedOp::NAME:                                                                              \
+    for (int64_t j = 0; j < n; ++j)                                                                \
+      out[j] = fused::fusedScalar<FusedOp::NAME, R>(p, a[j], b[j], c[j]);                          \
     return;
-#define BINARY(OP, EXPR)                                                                           \
-  case FusedOp::OP:                                                                                \
-    for (int64_t j = 0; j < n; ++j) {                                                              \
-      R x = a[j], y = b[j];                                                                        \
-      out[j] = (EXPR);                                                                             \
-    }                                                                                              \
-    return;
-    UNARY(Identity, x)
-    UNARY(Cast, x)
-    UNARY(Neg, -x)
-    UNARY(Abs, std::fabs(x))
-    UNARY(Exp, std::exp(x))
-    UNARY(Log, std::log(x))
-    UNARY(Sqrt, std::sqrt(x))
-    UNARY(Reciprocal, R(1) / x)
-    UNARY(Relu, relu(x))
-    UNARY(Sigmoid, sigmoid(x))
-    UNARY(Tanh, std::tanh(x))
-    UNARY(Erf, std::erf(x))
-    UNARY(Floor, std::floor(x))
-    UNARY(Ceil, std::ceil(x))
-    UNARY(Round, std::nearbyint(x))
-    UNARY(Sign, math::sign(x))
-    UNARY(Sin, std::sin(x))
-    UNARY(Cos, std::cos(x))
-    UNARY(Softplus, softplus(x))
-    UNARY(Softsign, x / (R(1) + std::fabs(x)))
-    UNARY(LeakyRelu, leakyRelu(x, R(in.alpha)))
-    UNARY(Elu, elu(x, R(in.alpha)))
-    UNARY(Selu, selu(x, R(in.alpha), R(in.gamma)))
-    UNARY(HardSigmoid, hardSigmoid(x, R(in.alpha), R(in.beta)))
-    UNARY(Not, x == R(0) ? R(1) : R(0))
-    UNARY(IsNaN, x != x ? R(1) : R(0))
-    UNARY(IsInf, (std::isinf(x) && ((x > 0 && in.detectPos) || (x < 0 && in.detectNeg))) ? R(1) : R(0))
-    BINARY(Add, x + y)
-    BINARY(Sub, x - y)
-    BINARY(Mul, x * y)
-    BINARY(Div, x / y)
-    BINARY(Pow, std::pow(x, y))
-    BINARY(Max, maxNaN(x, y))
-    BINARY(Min, minNaN(x, y))
-    BINARY(PRelu, x >= R(0) ? x : x * y)
-    BINARY(Equal, x == y ? R(1) : R(0))
-    BINARY(Less, x < y ? R(1) : R(0))
-    BINARY(LessOrEqual, x <= y ? R(1) : R(0))
-    BINARY(Greater, x > y ? R(1) : R(0))
-    BINARY(GreaterOrEqual, x >= y ? R(1) : R(0))
-    BINARY(And, (x != R(0) && y != R(0)) ? R(1) : R(0))
-    BINARY(Or, (x != R(0) || y != R(0)) ? R(1) : R(0))
-    BINARY(Xor, ((x != R(0)) != (y != R(0))) ? R(1) : R(0))
-    BINARY(ReluGrad, reluGrad(x, y))
-    BINARY(SigmoidGrad, sigmoidGrad(x, y))
-    BINARY(TanhGrad, tanhGrad(x, y))
-#undef UNARY
-#undef BINARY
-  case FusedOp::Where:
-    for (int64_t j = 0; j < n; ++j)
-      out[j] = a[j] != R(0) ? b[j] : c[j];
-    return;
-  case FusedOp::Clip:
-    for (int64_t j = 0; j < n; ++j) {
-      R v = a[j];
-      if (in.hasMin && v < b[j])
-        v = b[j];
-      if (in.hasMax && v > c[j])
-        v = c[j];
-      out[j] = v;
-    }
-    return;
+    AMPC_FUSED_OPS(AMPC_CPU_FUSED_CASE)
+#undef AMPC_CPU_FUSED_CASE
   case FusedOp::Count:
     return;
   }
@@ -361,41 +294,24 @@ std::unique_ptr<Kernel> createFused(const StepContext &ctx, std::string &error) 
     in.c = args[2];
     in.type = pi.type();
     wide = wide || in.type == plan::F64;
+    // ONNX defaults, overridden by the instruction's attributes.
+    in.params = fused::fusedDefaults(in.op);
     for (const plan::Attribute &a : pi.attrs()) {
       if (a.name() == "alpha")
-        in.alpha = static_cast<float>(a.f());
+        in.params.alpha = static_cast<float>(a.f());
       else if (a.name() == "beta")
-        in.beta = static_cast<float>(a.f());
+        in.params.beta = static_cast<float>(a.f());
       else if (a.name() == "gamma")
-        in.gamma = static_cast<float>(a.f());
+        in.params.gamma = static_cast<float>(a.f());
       else if (a.name() == "has_min")
-        in.hasMin = a.i() != 0;
+        in.params.hasMin = a.i() != 0;
       else if (a.name() == "has_max")
-        in.hasMax = a.i() != 0;
+        in.params.hasMax = a.i() != 0;
       else if (a.name() == "detect_positive")
-        in.detectPos = a.i() != 0;
+        in.params.detectPos = a.i() != 0;
       else if (a.name() == "detect_negative")
-        in.detectNeg = a.i() != 0;
+        in.params.detectNeg = a.i() != 0;
     }
-    // ONNX defaults of the attribute-carrying operators.
-    auto has = [&](const char *name) {
-      for (const plan::Attribute &a : pi.attrs())
-        if (a.name() == name)
-          return true;
-      return false;
-    };
-    if (in.op == FusedOp::LeakyRelu && !has("alpha"))
-      in.alpha = 0.01f;
-    if (in.op == FusedOp::Elu && !has("alpha"))
-      in.alpha = 1.0f;
-    if (in.op == FusedOp::Selu && !has("alpha"))
-      in.alpha = 1.67326319217681884765625f;
-    if (in.op == FusedOp::Selu && !has("gamma"))
-      in.gamma = 1.05070102214813232421875f;
-    if (in.op == FusedOp::HardSigmoid && !has("alpha"))
-      in.alpha = 0.2f;
-    if (in.op == FusedOp::HardSigmoid && !has("beta"))
-      in.beta = 0.5f;
     instrs.push_back(in);
     ++regs;
   }

@@ -1,0 +1,185 @@
+//===- HostEmulator.cpp - The CUDA backend's launches, run on the CPU ------===//
+//
+// Kernels are DeviceKernels.h bodies called for every thread index in order
+// (threads of a launch never depend on each other, so any order is what the
+// GPU may do); GEMMs are reference loops with cuBLAS's column-major
+// semantics and fp32 accumulation. The backend lays memory out as the CUDA
+// backend does and runs the same launch lists, so tests exercise everything
+// the CUDA backend decides, except the CUDA API calls themselves.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Lowering.h"
+
+#include "ampc/rt/PlanFile.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ampc::rt::cuda {
+
+namespace {
+
+float loadElem(uint8_t type, const void *base, int64_t i) { return loadAsFloat(type, base, i); }
+
+void emulateGemm(const GemmCall &g) {
+  for (int64_t b = 0; b < g.batch; ++b) {
+    size_t ab = g.abType == FusedElem::F32 ? 4 : 2, cb = g.cType == FusedElem::F32 ? 4 : 2;
+    const uint8_t *A = static_cast<const uint8_t *>(g.A) + b * g.strideA * ab;
+    const uint8_t *B = static_cast<const uint8_t *>(g.B) + b * g.strideB * ab;
+    uint8_t *C = static_cast<uint8_t *>(g.C) + b * g.strideC * cb;
+    for (int64_t j = 0; j < g.n; ++j)
+      for (int64_t i = 0; i < g.m; ++i) {
+        float acc = 0;
+        for (int64_t l = 0; l < g.k; ++l) {
+          float a = loadElem(g.abType, A, g.transA ? l + i * g.lda : i + l * g.lda);
+          float v = loadElem(g.abType, B, g.transB ? j + l * g.ldb : l + j * g.ldb);
+          acc += a * v;
+        }
+        int64_t at = i + j * g.ldc;
+        float r = g.alpha * acc;
+        if (g.beta != 0.0f)
+          r += g.beta * loadElem(g.cType, C, at);
+        storeFromFloat(g.cType, C, at, r);
+      }
+  }
+}
+
+template <typename A> void loop(const Launch &l) {
+  const A &a = l.as<A>();
+  for (int64_t i = 0; i < l.threads; ++i)
+    A::run(a, i);
+}
+
+} // namespace
+
+void emulateLaunch(const Launch &l) {
+  switch (l.kind) {
+  case Launch::Memset:
+    std::memset(l.dst, 0, l.bytes);
+    return;
+  case Launch::Memcpy:
+    std::memmove(l.dst, l.src, l.bytes);
+    return;
+  case Launch::Gemm:
+    emulateGemm(l.gemm);
+    return;
+  case Launch::Kernel:
+    break;
+  }
+  switch (l.kernel) {
+#define AMPC_EMULATE(NAME, ARGS)                                                                   \
+  case KernelKind::NAME:                                                                           \
+    loop<ARGS>(l);                                                                                 \
+    return;
+    AMPC_CUDA_KERNELS(AMPC_EMULATE)
+#undef AMPC_EMULATE
+  }
+}
+
+namespace {
+
+/// 256-byte aligned, zero-filled host memory standing in for a device block.
+struct Block {
+  uint8_t *p = nullptr;
+  ~Block() { std::free(p); }
+  bool allocate(size_t bytes) {
+    size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+    p = static_cast<uint8_t *>(std::aligned_alloc(256, rounded));
+    if (p)
+      std::memset(p, 0, rounded);
+    return p != nullptr;
+  }
+};
+
+class EmulatorBackend : public Backend {
+public:
+  std::string name() const override { return "cuda-emulator (host)"; }
+
+  bool load(const plan::Plan &p, std::string &error) override {
+    plan_ = p;
+    layout_ = MemoryLayout::of(plan_);
+    if (!arena_.allocate(layout_.arenaBytes) || !state_.allocate(layout_.stateBytes) ||
+        !constants_.allocate(layout_.constantBytes)) {
+      error = "cannot allocate host memory";
+      return false;
+    }
+    for (int i = 0; i < plan_.tensors_size(); ++i) {
+      const plan::Tensor &t = plan_.tensors(i);
+      if (!t.has_view_of() && (t.storage() == plan::STATE || t.storage() == plan::CONSTANT))
+        std::memcpy(address(i), t.data().data(), t.data().size());
+    }
+    // Lower once to size the workspace, then against the real one.
+    size_t wsBytes = 0;
+    std::vector<Launch> scratch;
+    DeviceMemory mem{[this](int id) { return address(id); }, nullptr};
+    for (int i = 0; i < plan_.programs_size(); ++i)
+      if (!lowerProgram(plan_, i, mem, scratch, wsBytes, error))
+        return false;
+    if (!workspace_.allocate(wsBytes)) {
+      error = "cannot allocate the workspace";
+      return false;
+    }
+    mem.workspace = workspace_.p;
+    programs_.resize(plan_.programs_size());
+    for (int i = 0; i < plan_.programs_size(); ++i)
+      if (!lowerProgram(plan_, i, mem, programs_[i], wsBytes, error))
+        return false;
+    return true;
+  }
+
+  bool run(int index, std::string &error) override {
+    if (index < 0 || index >= static_cast<int>(programs_.size())) {
+      error = "no program " + std::to_string(index);
+      return false;
+    }
+    for (const Launch &l : programs_[index])
+      emulateLaunch(l);
+    return true;
+  }
+
+  bool write(int tensor, const void *src, size_t bytes, std::string &error) override {
+    if (!check(tensor, bytes, error))
+      return false;
+    std::memcpy(address(tensor), src, bytes);
+    return true;
+  }
+  bool read(int tensor, void *dst, size_t bytes, std::string &error) override {
+    if (!check(tensor, bytes, error))
+      return false;
+    std::memcpy(dst, address(tensor), bytes);
+    return true;
+  }
+
+  /// The launches of a program (tests look at them).
+  const std::vector<Launch> &launches(int program) const { return programs_[program]; }
+
+private:
+  void *address(int id) const {
+    return layout_.address(plan_, id, arena_.p, state_.p, constants_.p);
+  }
+  bool check(int tensor, size_t bytes, std::string &error) const {
+    if (tensor < 0 || tensor >= plan_.tensors_size() || !address(tensor)) {
+      error = "tensor " + std::to_string(tensor) + " has no storage";
+      return false;
+    }
+    if (bytes != planTensorBytes(plan_.tensors(tensor))) {
+      error = "tensor '" + plan_.tensors(tensor).name() + "' holds " +
+              std::to_string(planTensorBytes(plan_.tensors(tensor))) + " bytes, not " +
+              std::to_string(bytes);
+      return false;
+    }
+    return true;
+  }
+
+  plan::Plan plan_;
+  MemoryLayout layout_;
+  Block arena_, state_, constants_, workspace_;
+  std::vector<std::vector<Launch>> programs_;
+};
+
+} // namespace
+
+std::unique_ptr<Backend> createCudaEmulatorBackend() { return std::make_unique<EmulatorBackend>(); }
+
+} // namespace ampc::rt::cuda

@@ -1,0 +1,131 @@
+//===- Lowering.h - Plan steps as CUDA launches -----------------*- C++ -*-===//
+//
+// The CUDA backend turns every step of a program, once at load time, into a
+// short list of launches against fixed device addresses: kernels of
+// DeviceKernels.h (with their arguments by value), GEMMs in cuBLAS's terms,
+// and device memsets / copies. The CUDA backend enqueues that list on its
+// stream (and captures it as a CUDA graph); the host emulator executes the
+// same list on the CPU. This file is plain C++ and builds without CUDA.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "DeviceKernels.h"
+
+#include "ampc/rt/Backend.h"
+
+#include "plan.pb.h"
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ampc::rt::cuda {
+
+/// One GEMM with cuBLAS semantics (column-major, batched with strides):
+///   C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b],  b < batch,
+/// op(A) m x k, op(B) k x n, C m x n; A and B of type abType (F32, F16 or
+/// BF16), C of cType (abType or F32); fp32 accumulation (CUBLAS_COMPUTE_32F).
+/// beta = 0 never reads C.
+struct GemmCall {
+  bool transA = false, transB = false;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  const void *A = nullptr, *B = nullptr;
+  void *C = nullptr;
+  int64_t lda = 0, ldb = 0, ldc = 0, strideA = 0, strideB = 0, strideC = 0;
+  uint8_t abType = 0, cType = 0;
+  float alpha = 1, beta = 0;
+};
+
+/// Row-major Y[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * Y, where A is
+/// stored [M,K] (or [K,M] when transA) with leading dimension lda, and so on:
+/// the column-major call computing Y^T = op(B)^T op(A)^T.
+GemmCall rowMajorGemm(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda, bool transA,
+                      const void *B, int64_t ldb, bool transB, void *Y, int64_t ldy);
+
+/// Largest argument block of any kernel.
+inline constexpr size_t kMaxArgBytes = [] {
+  size_t m = 0;
+#define AMPC_KERNEL_SIZE(NAME, ARGS) m = m < sizeof(ARGS) ? sizeof(ARGS) : m;
+  AMPC_CUDA_KERNELS(AMPC_KERNEL_SIZE)
+#undef AMPC_KERNEL_SIZE
+  return m;
+}();
+static_assert(kMaxArgBytes <= 4000, "kernel arguments must fit CUDA's 4 KiB parameter space");
+
+struct Launch {
+  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy };
+  Kind kind = Kernel;
+  KernelKind kernel = KernelKind::Fused;
+  int64_t threads = 0; ///< Kernel: thread indices [0, threads)
+  alignas(16) unsigned char args[kMaxArgBytes] = {};
+  GemmCall gemm;
+  void *dst = nullptr; ///< Memset (to 0) / Memcpy
+  const void *src = nullptr;
+  size_t bytes = 0;
+  int step = -1; ///< the step it belongs to (-1: state updates at the end)
+
+  template <typename A> static Launch kernelOf(KernelKind k, const A &a, int64_t threads) {
+    static_assert(std::is_trivially_copyable_v<A> && sizeof(A) <= kMaxArgBytes);
+    Launch l;
+    l.kind = Kernel;
+    l.kernel = k;
+    l.threads = threads;
+    std::memcpy(l.args, &a, sizeof(A));
+    return l;
+  }
+  template <typename A> const A &as() const { return *reinterpret_cast<const A *>(args); }
+};
+
+/// Where the plan's tensors live: a device address per tensor id (nullptr
+/// for VIRTUAL tensors), and the shared workspace of the steps (they run one
+/// after another on one stream, so one workspace serves all of them).
+struct DeviceMemory {
+  std::function<void *(int)> tensor;
+  uint8_t *workspace = nullptr;
+};
+
+/// Byte layout of a plan's device memory, as the CPU backend lays out host
+/// memory: the arena (offsets from the plan), state tensors one after
+/// another in one block, constants in another, 256-byte aligned; views share
+/// their base tensor's bytes.
+struct MemoryLayout {
+  size_t arenaBytes = 0, stateBytes = 0, constantBytes = 0;
+  std::vector<size_t> offset; ///< within the tensor's block (bases: not views)
+  static MemoryLayout of(const plan::Plan &p);
+  /// The address of tensor `id` given the three blocks (nullptr: VIRTUAL).
+  void *address(const plan::Plan &p, int id, uint8_t *arena, uint8_t *state,
+                uint8_t *constants) const;
+};
+
+/// Lowers program `index` of `p` into launches. `workspaceBytes` is raised
+/// to what the program's steps need (lower once with any workspace address to
+/// size it, then again with the real one). Errors name the step.
+bool lowerProgram(const plan::Plan &p, int index, const DeviceMemory &mem,
+                  std::vector<Launch> &out, size_t &workspaceBytes, std::string &error);
+
+/// Ops the CUDA backend can run, sorted.
+std::vector<std::string> cudaKernelOps();
+
+/// Device memory check of --memory-fraction / --memory-limit: false (with a
+/// one-line message naming the bytes needed and available) when `needed`
+/// exceeds `fraction` of `deviceTotal` or `limit` (0: no limit).
+bool checkDeviceMemory(uint64_t needed, const std::string &breakdown, uint64_t deviceTotal,
+                       double fraction, uint64_t limit, std::string &error);
+
+/// Runs launches on the host (DeviceKernels.h bodies in loops, GEMMs as
+/// reference loops): the CUDA backend's work without a GPU.
+void emulateLaunch(const Launch &l);
+
+/// A Backend that executes the CUDA backend's launch lists on the host, with
+/// the same memory layout: what the GPU computes, up to the order of GEMM
+/// sums and the last bits of transcendental functions. For tests.
+std::unique_ptr<Backend> createCudaEmulatorBackend();
+
+/// Readable name of a launch ("fused", "gemm 64x128x256 x4", "memcpy"), for
+/// profiles.
+std::string describeLaunch(const Launch &l);
+
+} // namespace ampc::rt::cuda

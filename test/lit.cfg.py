@@ -24,3 +24,12 @@ config.substitutions.append(("%scripts", os.path.join(config.ampc_src_root, "tes
 
 if config.ampc_have_cuda:
     config.available_features.add("cuda-build")
+
+# A machine with an NVIDIA GPU (nvidia-smi lists one): tests of the no-GPU
+# fallback are unsupported there, and tests that need a GPU require it.
+import shutil
+import subprocess
+if shutil.which("nvidia-smi"):
+    smi = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    if smi.returncode == 0 and b"GPU" in smi.stdout:
+        config.available_features.add("cuda-device")

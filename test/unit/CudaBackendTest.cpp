@@ -1,0 +1,820 @@
+//===- CudaBackendTest.cpp - The CUDA backend's code, checked on the CPU ---===//
+//
+// No GPU is needed for most of these tests. The CUDA backend's kernels are
+// per-thread functions (runtime/cuda/DeviceKernels.h) and its work for a plan
+// is a launch list computed by plain C++ (runtime/cuda/Lowering.cpp); the host
+// emulator runs exactly those functions and lists on the CPU. So:
+//   - FusedEval: the shared per-element code (dispatch, rounding, storage
+//     conversions) against the CPU kernels' own definitions;
+//   - GEMM: the row-major to cuBLAS column-major mapping against a direct
+//     row-major product, for every transposition and batch stride;
+//   - every op the CUDA backend lowers, on fp32, fp16 and bf16, and the
+//     training steps of the three fixtures (fp32, fp16 with loss scaling,
+//     bf16, accumulation), emulated, against the CPU backend;
+//   - the device memory check's message.
+// Tests that need a GPU (the real backend against the CPU) are skipped, with
+// the reason, where cudaAvailable() is false.
+//
+// Tolerances (|emulated - cpu| <= rel * |cpu| + abs * max|cpu| per element):
+// single ops rel = one ulp of the stored type (0 for fp32), abs = 2e-5 (sums
+// in another order); training steps compare relative to each tensor's
+// largest magnitude, see kStepTolerance.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FixtureUtil.h"
+
+#include "ampc/IR/Graph.h"
+#include "ampc/Lower/Lower.h"
+#include "ampc/ONNX/Import.h"
+#include "ampc/Pass/Pass.h"
+#include "ampc/Passes/Passes.h"
+#include "ampc/rt/Backend.h"
+#include "ampc/rt/FusedEval.h"
+#include "ampc/rt/PlanFile.h"
+#include "ampc/rt/Session.h"
+
+#include "Kernel.h"
+#include "cuda/Lowering.h"
+
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <random>
+
+using namespace ampc;
+namespace rcuda = ampc::rt::cuda;
+namespace fused = ampc::rt::fused;
+using ampc::rt::FusedOp;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Shared per-element code
+//===----------------------------------------------------------------------===//
+
+std::vector<float> probeValues() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, 3.0f, -7.25f, 1e-3f,
+                          -1e-3f, 88.0f, -88.0f, 1e30f, -1e30f, 65504.0f, 65520.0f, 1e-8f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-4, 4);
+  for (int i = 0; i < 40; ++i)
+    v.push_back(u(rng));
+  return v;
+}
+
+template <typename R> bool sameValue(R a, R b) {
+  return (a != a && b != b) || std::memcmp(&a, &b, sizeof(R)) == 0;
+}
+
+template <FusedOp Op, typename R> void checkDispatch(const std::vector<float> &vals) {
+  fused::FusedParams p = fused::fusedDefaults(Op);
+  p.hasMin = p.hasMax = true;
+  for (float x : vals)
+    for (float y : {0.5f, -2.0f, 0.0f, 3.0f})
+      for (float z : {1.0f, -1.0f}) {
+        R direct = fused::fusedScalar<Op, R>(p, R(x), R(y), R(z));
+        R dyn = fused::fusedEval<R>(Op, p, R(x), R(y), R(z));
+        ASSERT_TRUE(sameValue(direct, dyn)) << "op " << static_cast<int>(Op) << " x=" << x;
+      }
+}
+
+TEST(CudaShared, FusedEvalDispatchesEveryOp) {
+  std::vector<float> vals = probeValues();
+#define AMPC_CHECK_OP(NAME)                                                                        \
+  checkDispatch<FusedOp::NAME, float>(vals);                                                       \
+  checkDispatch<FusedOp::NAME, double>(vals);
+  AMPC_FUSED_OPS(AMPC_CHECK_OP)
+#undef AMPC_CHECK_OP
+  // Every op of the instruction set has a case (FusedOps.h lists them).
+  int listed = 0;
+#define AMPC_COUNT_OP(NAME) ++listed;
+  AMPC_FUSED_OPS(AMPC_COUNT_OP)
+#undef AMPC_COUNT_OP
+  EXPECT_EQ(listed, static_cast<int>(FusedOp::Count));
+}
+
+TEST(CudaShared, FusedDefinitions) {
+  fused::FusedParams p;
+  EXPECT_EQ((fused::fusedScalar<FusedOp::Where, float>(p, 1, 2, 3)), 2.0f);
+  EXPECT_EQ((fused::fusedScalar<FusedOp::Where, float>(p, 0, 2, 3)), 3.0f);
+  p.hasMin = true;
+  EXPECT_EQ((fused::fusedScalar<FusedOp::Clip, float>(p, -5, -1, 1)), -1.0f);
+  EXPECT_EQ((fused::fusedScalar<FusedOp::Clip, float>(p, 5, -1, 1)), 5.0f);
+  p.hasMax = true;
+  EXPECT_EQ((fused::fusedScalar<FusedOp::Clip, float>(p, 5, -1, 1)), 1.0f);
+  fused::FusedParams lr = fused::fusedDefaults(FusedOp::LeakyRelu);
+  EXPECT_FLOAT_EQ((fused::fusedScalar<FusedOp::LeakyRelu, float>(lr, -2, 0, 0)), -0.02f);
+  fused::FusedParams selu = fused::fusedDefaults(FusedOp::Selu);
+  EXPECT_FLOAT_EQ(selu.gamma, 1.05070102214813232421875f);
+  EXPECT_EQ((fused::fusedScalar<FusedOp::ReluGrad, float>(p, 3, -1, 0)), 0.0f);
+  EXPECT_EQ((fused::fusedScalar<FusedOp::ReluGrad, float>(p, 3, 1, 0)), 3.0f);
+  EXPECT_EQ((fused::fusedScalar<FusedOp::TanhGrad, float>(p, 2, 0.5f, 0)), 1.5f);
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(fused::fusedScalar<FusedOp::Max, float>(p, nan, 1, 0)));
+  EXPECT_EQ((fused::fusedScalar<FusedOp::IsInf, float>(p, INFINITY, 0, 0)), 1.0f);
+  fused::FusedParams neg;
+  neg.detectPos = false;
+  EXPECT_EQ((fused::fusedScalar<FusedOp::IsInf, float>(neg, INFINITY, 0, 0)), 0.0f);
+}
+
+/// The shared storage conversions are the CPU kernels' loadFloat/storeFloat.
+TEST(CudaShared, StorageConversionsMatchTheCpuKernels) {
+  using rt::cpu::TensorArg;
+  std::vector<float> vals = probeValues();
+  for (float &v : vals)
+    if (std::isnan(v))
+      v = 0.25f; // integer conversions of NaN are undefined
+  for (uint8_t t = 0; t <= 8; ++t) {
+    uint64_t cpuBuf = 0, sharedBuf = 0;
+    TensorArg arg;
+    arg.data = &cpuBuf;
+    arg.type = static_cast<plan::ElemType>(t);
+    for (float v : vals) {
+      bool integral = t >= fused::I64 && t <= fused::U8;
+      if (integral && !(std::fabs(v) < 100))
+        continue;
+      if (t == fused::U8 && v < 0)
+        continue;
+      cpuBuf = sharedBuf = 0;
+      rt::cpu::storeFloat(arg, 0, v);
+      fused::storeFromFloat(t, &sharedBuf, 0, v);
+      ASSERT_EQ(cpuBuf, sharedBuf) << "type " << int(t) << " value " << v;
+      float a = rt::cpu::loadFloat(arg, 0), b = fused::loadAsFloat(t, &sharedBuf, 0);
+      ASSERT_TRUE(sameValue(a, b)) << "type " << int(t) << " value " << v;
+    }
+  }
+}
+
+TEST(CudaShared, RoundingToStorageTypes) {
+  for (float v : probeValues()) {
+    EXPECT_TRUE(sameValue(fused::fusedRound<float>(fused::F16, v), rt::math::roundToHalf(v)));
+    EXPECT_TRUE(sameValue(fused::fusedRound<float>(fused::BF16, v), rt::math::roundToBFloat16(v)));
+    EXPECT_TRUE(sameValue(fused::fusedRound<double>(fused::F32, double(v) + 1e-12),
+                          double(float(double(v) + 1e-12))));
+    if (!std::isnan(v))
+      EXPECT_EQ(fused::fusedRound<float>(fused::BOOL, v), v != 0 ? 1.0f : 0.0f);
+    EXPECT_TRUE(sameValue(fused::fusedRound<float>(fused::I64, v), v));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM mapping
+//===----------------------------------------------------------------------===//
+
+TEST(CudaGemm, RowMajorMappingMatchesDirectProduct) {
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> u(-4, 4);
+  const int64_t M = 5, N = 7, K = 3, B = 3;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool broadcastA : {false, true}) {
+        std::vector<float> a(B * M * K), b(B * K * N), y(B * M * N, -1), ref(B * M * N);
+        for (float &v : a)
+          v = static_cast<float>(u(rng));
+        for (float &v : b)
+          v = static_cast<float>(u(rng));
+        for (int64_t s = 0; s < B; ++s)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              float acc = 0;
+              for (int64_t l = 0; l < K; ++l) {
+                int64_t sa = broadcastA ? 0 : s;
+                float av = ta ? a[sa * M * K + l * M + i] : a[sa * M * K + i * K + l];
+                float bv = tb ? b[s * K * N + j * K + l] : b[s * K * N + l * N + j];
+                acc += av * bv;
+              }
+              ref[s * M * N + i * N + j] = 2 * acc;
+            }
+        rcuda::GemmCall g = rcuda::rowMajorGemm(M, N, K, a.data(), ta ? M : K, ta, b.data(),
+                                                 tb ? K : N, tb, y.data(), N);
+        g.batch = B;
+        g.strideA = K * N;
+        g.strideB = broadcastA ? 0 : M * K;
+        g.strideC = M * N;
+        g.abType = g.cType = fused::F32;
+        g.alpha = 2;
+        rcuda::Launch l;
+        l.kind = rcuda::Launch::Gemm;
+        l.gemm = g;
+        rcuda::emulateLaunch(l);
+        EXPECT_EQ(y, ref) << "transA " << ta << " transB " << tb << " broadcastA " << broadcastA;
+      }
+}
+
+//===----------------------------------------------------------------------===//
+// Device memory check
+//===----------------------------------------------------------------------===//
+
+TEST(CudaMemory, RefusesPlansAboveTheShareOrLimit) {
+  std::string error;
+  EXPECT_TRUE(rcuda::checkDeviceMemory(900, "arena 900", 1000, 0.9, 0, error));
+  EXPECT_FALSE(rcuda::checkDeviceMemory(901, "arena 901", 1000, 0.9, 0, error));
+  EXPECT_EQ(error, "the plan needs 901 bytes of device memory (arena 901), more than the 900 bytes "
+                   "available under --memory-fraction 0.9000 of the 1000 bytes of the device");
+  EXPECT_FALSE(rcuda::checkDeviceMemory(600, "arena 600", 1000, 0.9, 500, error));
+  EXPECT_EQ(error, "the plan needs 600 bytes of device memory (arena 600), more than the 500 bytes "
+                   "available under --memory-limit 500 bytes");
+  EXPECT_TRUE(rcuda::checkDeviceMemory(500, "arena 500", 1000, 0.9, 500, error));
+  EXPECT_FALSE(rcuda::checkDeviceMemory(1, "", 1000, 1.5, 0, error));
+  EXPECT_NE(error.find("--memory-fraction must be in (0, 1]"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// Backends compared: per op and whole training steps
+//===----------------------------------------------------------------------===//
+
+rt::ElemType hostType(DType t) {
+  switch (t) {
+  case DType::F16:
+    return rt::ElemType::F16;
+  case DType::BF16:
+    return rt::ElemType::BF16;
+  case DType::F64:
+    return rt::ElemType::F64;
+  case DType::I64:
+    return rt::ElemType::I64;
+  case DType::I32:
+    return rt::ElemType::I32;
+  case DType::Bool:
+    return rt::ElemType::Bool;
+  default:
+    return rt::ElemType::F32;
+  }
+}
+
+rt::HostArray toHost(const Tensor &t) {
+  rt::HostArray a;
+  a.type = hostType(t.dtype());
+  a.shape = t.shape();
+  a.bytes.assign(t.data(), t.data() + t.byteSize());
+  return a;
+}
+
+bool isFloatHost(rt::ElemType t) {
+  return t == rt::ElemType::F32 || t == rt::ElemType::F16 || t == rt::ElemType::BF16 ||
+         t == rt::ElemType::F64;
+}
+
+/// Largest |a - b| / max|b| over a tensor; `within` checks each element
+/// against rel * |b| + abs * max|b|.
+double compareArrays(const rt::HostArray &a, const rt::HostArray &b, double rel, double abs,
+                     bool &within, std::string &where) {
+  within = true;
+  if (a.numElements() != b.numElements() || a.type != b.type) {
+    within = false;
+    where = "shape or type differs";
+    return INFINITY;
+  }
+  double maxRef = 0;
+  for (int64_t i = 0; i < b.numElements(); ++i)
+    if (std::isfinite(b.at(i)))
+      maxRef = std::max(maxRef, std::fabs(b.at(i)));
+  double worst = 0;
+  for (int64_t i = 0; i < b.numElements(); ++i) {
+    double x = a.at(i), y = b.at(i);
+    bool ok;
+    if (!isFloatHost(b.type) || !std::isfinite(y))
+      ok = x == y || (std::isnan(x) && std::isnan(y));
+    else
+      ok = std::fabs(x - y) <= rel * std::fabs(y) + abs * maxRef;
+    if (!ok && within) {
+      within = false;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "element %lld: %.9g, cpu %.9g", static_cast<long long>(i), x,
+                    y);
+      where = buf;
+    }
+    if (std::isfinite(x) && std::isfinite(y))
+      worst = std::max(worst, maxRef > 0 ? std::fabs(x - y) / maxRef : std::fabs(x - y));
+  }
+  return worst;
+}
+
+using BackendFactory = std::function<std::unique_ptr<rt::Backend>()>;
+
+std::unique_ptr<rt::Backend> cpuBackend() { return rt::createCpuBackend({1}); }
+std::unique_ptr<rt::Backend> emulatorBackend() { return rcuda::createCudaEmulatorBackend(); }
+
+/// Runs program "step" of a plan once on a backend; returns its outputs.
+bool runOnce(const plan::Plan &p, const BackendFactory &make,
+             const std::map<std::string, Tensor> &feeds, std::vector<rt::HostArray> &outs) {
+  std::string error;
+  auto session = rt::Session::fromPlan(p, make(), error);
+  if (!session) {
+    ADD_FAILURE() << "load: " << error;
+    return false;
+  }
+  int prog = session->program("step");
+  for (const auto &[name, t] : feeds)
+    if (!session->feed(prog, name, toHost(t), "test", error)) {
+      ADD_FAILURE() << error;
+      return false;
+    }
+  if (!session->run(prog, error)) {
+    ADD_FAILURE() << "run: " << error;
+    return false;
+  }
+  for (const plan::Binding &b : p.programs(prog).outputs()) {
+    rt::HostArray a;
+    if (!session->output(prog, b.name(), a, error)) {
+      ADD_FAILURE() << error;
+      return false;
+    }
+    outs.push_back(std::move(a));
+  }
+  return true;
+}
+
+using Generator = std::function<Tensor(const TensorType &, std::mt19937_64 &)>;
+
+Generator intsIn(int64_t lo, int64_t hi) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_int_distribution<int64_t> u(lo, hi);
+    std::vector<int64_t> v(t.numElements());
+    for (int64_t &x : v)
+      x = u(rng);
+    return Tensor::fromInt64s(t, v);
+  };
+}
+
+/// `T` in the model text stands for the element type under test.
+std::string substitute(const std::string &text, const char *name) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    bool word = text[i] == 'T' && (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1]))) &&
+                i + 1 < text.size() && (text[i + 1] == '[' || text[i + 1] == ' ');
+    out += word ? std::string(name) : std::string(1, text[i]);
+  }
+  return out;
+}
+
+std::string header(bool ampcOps = false) {
+  return std::string("<ir_version: 8, opset_import: [\"\" : 17") + (ampcOps ? ", \"ampc\" : 1" : "") +
+         "]>\n";
+}
+
+/// One model on the emulated CUDA backend and the CPU backend, in fp32,
+/// fp16 and bf16; every output compared.
+void compareOp(const std::string &op, const std::string &model,
+               std::map<std::string, Generator> gens = {}, double absTol = 2e-5) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    SCOPED_TRACE(op + " " + (t == DType::F32 ? "float" : t == DType::F16 ? "float16" : "bfloat16"));
+    std::string text = substitute(model, "float");
+    auto g = importModelText(text, op);
+    ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError()) << "\n" << text;
+    if (t != DType::F32) {
+      for (Value *v : (*g)->inputs())
+        if (v->dtype() == DType::F32)
+          v->setDType(t);
+      for (Value *v : (*g)->initializers())
+        if (v->dtype() == DType::F32) {
+          Tensor d = v->data()->castTo(t);
+          v->setDType(t);
+          v->setData(std::move(d));
+        }
+      for (Node *n : (*g)->nodes())
+        for (Value *v : n->outputs())
+          if (v && v->dtype() == DType::F32)
+            v->setDType(t);
+    }
+    std::mt19937_64 rng(std::hash<std::string>()(op + model));
+    std::map<std::string, Tensor> feeds;
+    for (const Value *v : (*g)->inputs()) {
+      auto it = gens.find(v->name());
+      if (it != gens.end()) {
+        feeds[v->name()] = it->second(v->type(), rng);
+      } else {
+        std::uniform_real_distribution<double> u(-1, 1);
+        std::vector<double> vals(v->type().numElements());
+        for (double &x : vals)
+          x = u(rng);
+        feeds[v->name()] = Tensor::fromDoubles(v->type(), vals);
+      }
+    }
+    auto p = lowerToPlan(**g, {});
+    ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+    std::vector<rt::HostArray> cpu, emu;
+    if (!runOnce(*p, cpuBackend, feeds, cpu) || !runOnce(*p, emulatorBackend, feeds, emu))
+      return;
+    ASSERT_EQ(cpu.size(), emu.size());
+    double rel = t == DType::F16 ? std::ldexp(1.0, -10) : t == DType::BF16 ? std::ldexp(1.0, -7) : 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      bool within;
+      std::string where;
+      compareArrays(emu[i], cpu[i], rel, absTol, within, where);
+      EXPECT_TRUE(within) << "output " << p->programs(0).outputs(i).name() << ": " << where;
+    }
+  }
+}
+
+TEST(CudaEmulation, FusedChainsWithBroadcasting) {
+  compareOp("fused", header() + R"(g (T[4,5] a, T[5] b, T[4,1] c) => (T[4,5] y, T[4,5] z) {
+      s = Add(a, b)
+      m = Mul(s, c)
+      r = Relu(m)
+      t = Sigmoid(a)
+      u = Sub(r, t)
+      y = Tanh(u)
+      k = Greater(a, b)
+      z = Where(k, a, c)
+    })");
+  compareOp("fused-cast", header() + R"(g (T[3,8] a) => (float[3,8] y, T[3,8] z) {
+      y = Cast <to = 1> (a)
+      e = Exp(a)
+      z = Div(e, a)
+    })");
+}
+
+TEST(CudaEmulation, MatMulAndGemm) {
+  const char *shapes[][3] = {{"[5,7]", "[7,3]", "[5,3]"},         {"[2,4,16]", "[16,48]", "[2,4,48]"},
+                             {"[2,3,4,5]", "[2,3,5,6]", "[2,3,4,6]"}, {"[3,1,4,5]", "[2,5,6]", "[3,2,4,6]"},
+                             {"[4,5]", "[3,5,2]", "[3,4,2]"},       {"[7]", "[7,3]", "[3]"},
+                             {"[2,3,7]", "[7]", "[2,3]"}};
+  for (auto &s : shapes)
+    compareOp("MatMul", header() + "g (T" + s[0] + " a, T" + s[1] + " b) => (T" + s[2] +
+                            " y) { y = MatMul(a, b) }");
+  const char *gemms[][5] = {{"[4,6]", "[6,5]", "[5]", "", "[4,5]"},
+                            {"[6,4]", "[6,5]", "[4,5]", "<transA = 1>", "[4,5]"},
+                            {"[4,6]", "[5,6]", "[1,5]", "<transB = 1>", "[4,5]"},
+                            {"[6,4]", "[5,6]", "[4,1]", "<transA = 1, transB = 1, alpha = 0.5, beta = 2.0>",
+                             "[4,5]"}};
+  for (auto &s : gemms)
+    compareOp("Gemm", header() + "g (T" + s[0] + " a, T" + s[1] + " b, T" + s[2] + " c) => (T" +
+                          s[4] + " y) { y = Gemm " + s[3] + " (a, b, c) }");
+  compareOp("Gemm", header() + "g (T[3,6] a, T[6,5] b) => (T[3,5] y) { y = Gemm <alpha = 1.5> (a, b) }");
+}
+
+TEST(CudaEmulation, DataMovement) {
+  compareOp("Transpose", header() + "g (T[2,3,4,5] a) => (T[4,2,5,3] y) { y = Transpose <perm = [2,0,3,1]> (a) }");
+  compareOp("Transpose", header() + "g (T[6,7] a) => (T[7,6] y) { y = Transpose(a) }");
+  compareOp("Concat", header() + "g (T[2,3,4] a, T[2,5,4] b) => (T[2,8,4] y) { y = Concat <axis = 1> (a, b) }");
+  compareOp("Split", header() + R"(g (T[2,9,4] a) => (T[2,3,4] x, T[2,6,4] y) <int64[2] s = {3, 6}> {
+      x, y = Split <axis = 1> (a, s)
+    })");
+  compareOp("Expand", header() + R"(g (T[3,1] a) => (T[2,3,4] y) <int64[3] s = {2, 3, 4}> {
+      y = Expand(a, s)
+    })");
+  compareOp("Slice", header() + R"(g (T[6,8] a) => (T[2,3] y)
+      <int64[2] st = {1, 7}, int64[2] en = {5, 1}, int64[2] ax = {0, 1}, int64[2] sp = {2, -2}> {
+      y = Slice(a, st, en, ax, sp)
+    })");
+}
+
+TEST(CudaEmulation, Reductions) {
+  compareOp("ReduceSum", header() + R"(g (T[4,5,6] a) => (T[5] y) <int64[2] ax = {0, 2}> {
+      y = ReduceSum <keepdims = 0> (a, ax)
+    })");
+  compareOp("ReduceSum-long", header() + R"(g (T[3,9000] a) => (T[3,1] y) <int64[1] ax = {1}> {
+      y = ReduceSum(a, ax)
+    })", {}, 2e-4);
+  compareOp("ReduceSum-all", header() + R"(g (T[300,70] a) => (T y) <int64[0] ax = {}> {
+      y = ReduceSum <keepdims = 0> (a, ax)
+    })", {}, 2e-4);
+  compareOp("ReduceMean", header() + "g (T[4,5,6] a) => (T[4,1,6] y) { y = ReduceMean <axes = [1]> (a) }");
+  compareOp("ReduceSumSquare", header() + "g (T[4,5] a) => (T y) { y = ReduceSumSquare <keepdims = 0> (a) }");
+  compareOp("ReduceMax", header() + "g (T[4,5] a) => (T[4] y) { y = ReduceMax <axes = [1], keepdims = 0> (a) }");
+  compareOp("GlobalAveragePool", header() + "g (T[2,3,5,5] a) => (T[2,3,1,1] y) { y = GlobalAveragePool(a) }");
+}
+
+TEST(CudaEmulation, SoftmaxAndNormalization) {
+  compareOp("Softmax", header() + "g (T[3,4,5] a) => (T[3,4,5] y) { y = Softmax <axis = 1> (a) }");
+  compareOp("LogSoftmax", header() + "g (T[3,7] a) => (T[3,7] y) { y = LogSoftmax(a) }");
+  compareOp("LayerNormalization", header() + R"(g (T[2,3,8] x, T[8] s, T[8] b) => (T[2,3,8] y, float[2,3,1] m, float[2,3,1] r) {
+      y, m, r = LayerNormalization <axis = -1, stash_type = 1> (x, s, b)
+    })");
+  compareOp("BatchNormalization", header() + R"(g (T[4,3,5,5] x, T[3] s, T[3] b, T[3] m, T[3] v) => (T[4,3,5,5] y, T[3] rm, T[3] rv) {
+      y, rm, rv = BatchNormalization <training_mode = 1> (x, s, b, m, v)
+    })", {{"v", [](const TensorType &t, std::mt19937_64 &) {
+             return Tensor::fromDoubles(t, std::vector<double>(t.numElements(), 1.0));
+           }}});
+  for (const char *r : {"mean", "sum"})
+    compareOp("SoftmaxCrossEntropyLoss", header() + R"(g (T[6,5] x, int64[6] t) => (T l, T[6,5] lp) {
+      l, lp = SoftmaxCrossEntropyLoss <reduction = ")" + r + R"("> (x, t)
+    })", {{"t", intsIn(0, 4)}});
+  compareOp("SoftmaxCrossEntropyLoss", header() + R"(g (T[4,5,3] x, int64[4,3] t, T[5] w) => (T[4,3] l) {
+      l = SoftmaxCrossEntropyLoss <reduction = "none", ignore_index = 2> (x, t, w)
+    })", {{"t", intsIn(0, 4)}});
+}
+
+TEST(CudaEmulation, PoolingAndConvolution) {
+  compareOp("MaxPool", header() + R"(g (T[2,3,8,8] x) => (T[2,3,4,4] y, int64[2,3,4,4] i) {
+      y, i = MaxPool <kernel_shape = [2,2], strides = [2,2]> (x)
+    })");
+  compareOp("MaxPool", header() + R"(g (T[2,2,7,7] x) => (T[2,2,4,4] y, int64[2,2,4,4] i) {
+      y, i = MaxPool <kernel_shape = [3,3], strides = [2,2], pads = [1,1,1,1], storage_order = 1> (x)
+    })");
+  compareOp("AveragePool", header() + R"(g (T[2,3,7,7] x) => (T[2,3,4,4] y) {
+      y = AveragePool <kernel_shape = [3,3], strides = [2,2], pads = [1,1,1,1], count_include_pad = 1> (x)
+    })");
+  compareOp("Conv", header() + R"(g (T[2,3,8,8] x, T[4,3,3,3] w, T[4] b) => (T[2,4,8,8] y) {
+      y = Conv <pads = [1,1,1,1]> (x, w, b)
+    })");
+  compareOp("Conv", header() + R"(g (T[2,4,9,9] x, T[6,2,3,3] w) => (T[2,6,4,4] y) {
+      y = Conv <strides = [2,2], group = 2> (x, w)
+    })");
+  compareOp("Conv", header() + R"(g (T[1,2,10] x, T[3,2,3] w) => (T[1,3,6] y) {
+      y = Conv <dilations = [2]> (x, w)
+    })");
+}
+
+//===----------------------------------------------------------------------===//
+// Training steps of the fixtures
+//===----------------------------------------------------------------------===//
+
+struct StepCase {
+  const char *fixture;
+  const char *precision; // fp32, fp16, bf16
+  const char *optimizer;
+  int accumulate;
+};
+
+std::string pipeline(const StepCase &c) {
+  std::string p = "canonicalize,";
+  if (std::string(c.precision) != "fp32")
+    p += std::string("autocast{dtype=") + c.precision + "},";
+  p += "autodiff,";
+  if (c.accumulate > 1)
+    p += "accumulate{steps=" + std::to_string(c.accumulate) + "},";
+  // fp16: dynamic scaling from 1024, so that no step of the three overflows
+  // (a skipped step would leave nothing to compare).
+  p += std::string("loss-scale{mode=") +
+       (std::string(c.precision) == "fp16" ? "dynamic init=1024" : "none") + "},";
+  p += std::string("optimizer{optimizer=") + c.optimizer + " lr=0.01},canonicalize";
+  return p;
+}
+
+bool compilePlan(const StepCase &c, plan::Plan &out) {
+  registerAllPasses();
+  std::unique_ptr<Graph> g = test::loadFixtureModel(c.fixture);
+  std::vector<std::string> params;
+  for (const Value *v : g->initializers())
+    params.push_back(v->name());
+  PassManager pm;
+  PassContext ctx;
+  if (auto err = pm.addPipeline(pipeline(c))) {
+    ADD_FAILURE() << llvm::toString(std::move(err));
+    return false;
+  }
+  if (auto err = pm.run(*g, ctx)) {
+    ADD_FAILURE() << llvm::toString(std::move(err));
+    return false;
+  }
+  LowerOptions lo;
+  lo.modelParameters = params;
+  auto p = lowerToPlan(*g, lo);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return false;
+  }
+  out = std::move(*p);
+  return true;
+}
+
+/// Elements whose CPU gradient is rounding noise (below `threshold` of the
+/// step's largest gradient: 1e-6 in fp32, one ulp of the activations' type
+/// in fp16 and bf16, whose gradients sum rounded values): a convolution bias before BatchNormalization, the key
+/// bias of attention. Adam turns such noise into +-lr steps whose signs no
+/// two implementations share (test/unit/TrainingStepTest.cpp leaves them out
+/// against torch for the same reason), so AdamW comparisons mask these
+/// elements in the parameter, its moments and its gradient, and skip the
+/// running statistics that the resulting activations move.
+std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
+                                                    const std::map<std::string, rt::HostArray> &cpu,
+                                                    std::map<std::string, rt::HostArray> &other,
+                                                    double threshold, int &masked) {
+  double largest = 0;
+  for (const plan::Parameter &par : p.parameters()) {
+    auto it = cpu.find("output " + par.onnx_name() + "_grad");
+    if (it != cpu.end())
+      for (int64_t i = 0; i < it->second.numElements(); ++i)
+        largest = std::max(largest, std::fabs(it->second.at(i)));
+  }
+  std::map<std::string, std::vector<bool>> masks;
+  for (const plan::Parameter &par : p.parameters()) {
+    std::string key = "output " + par.onnx_name() + "_grad";
+    auto it = cpu.find(key);
+    if (it == cpu.end() || other[key].numElements() != it->second.numElements())
+      continue;
+    const rt::HostArray &a = it->second, &b = other[key];
+    std::vector<bool> m(a.numElements());
+    bool any = false;
+    for (int64_t i = 0; i < a.numElements(); ++i) {
+      // Noise on either side (one may round it to an exact zero).
+      bool noise = std::fabs(a.at(i)) < threshold * largest || std::fabs(b.at(i)) < threshold * largest;
+      any |= m[i] = noise && !(a.at(i) == 0 && b.at(i) == 0);
+    }
+    masked += static_cast<int>(std::count(m.begin(), m.end(), true));
+    if (!any)
+      continue;
+    for (const char *suffix : {"", ".exp_avg", ".exp_avg_sq"})
+      masks["state " + par.onnx_name() + suffix] = m;
+    masks[key] = m;
+  }
+  return masks;
+}
+
+/// Every STATE tensor and every output of the last run, after `steps` steps.
+struct StepResult {
+  std::map<std::string, rt::HostArray> values;
+};
+
+bool train(const plan::Plan &p, const BackendFactory &make, const std::string &fixture, int steps,
+           StepResult &r) {
+  std::string error;
+  auto session = rt::Session::fromPlan(p, make(), error);
+  if (!session) {
+    ADD_FAILURE() << "load: " << error;
+    return false;
+  }
+  int step = session->program("step"), acc = session->program("accumulate"),
+      apply = session->program("apply");
+  int feedProg = step >= 0 ? step : acc;
+  auto batch = test::loadFixtureInputs(fixture);
+  for (const auto &[name, t] : batch)
+    if (!session->feed(feedProg, name, toHost(t), "fixture", error)) {
+      ADD_FAILURE() << error;
+      return false;
+    }
+  for (int s = 0; s < steps; ++s) {
+    bool ok = step >= 0 ? session->run(step, error)
+                        : session->run(acc, error) && session->run(acc, error) &&
+                              session->run(apply, error);
+    if (!ok) {
+      ADD_FAILURE() << "run: " << error;
+      return false;
+    }
+  }
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    const plan::Tensor &t = p.tensors(i);
+    if (t.storage() != plan::STATE || t.has_view_of())
+      continue;
+    if (!session->readTensor(i, r.values["state " + t.name()], error)) {
+      ADD_FAILURE() << error;
+      return false;
+    }
+  }
+  for (int prog : {step, acc, apply}) {
+    if (prog < 0)
+      continue;
+    for (const plan::Binding &b : p.programs(prog).outputs())
+      if (!session->output(prog, b.name(), r.values["output " + b.name()], error)) {
+        ADD_FAILURE() << error;
+        return false;
+      }
+  }
+  return true;
+}
+
+/// Largest tolerated |x - cpu| / max|cpu| per tensor after three steps: the
+/// backends round the same values in the same places, but sum in other
+/// orders (GEMMs, reductions), and low-precision steps amplify a one-ulp
+/// difference of a stored activation into their gradients.
+double stepTolerance(const std::string &precision) {
+  return precision == "fp32" ? 1e-4 : precision == "fp16" ? 2e-2 : 5e-2;
+}
+
+void compareTraining(const BackendFactory &make, const char *what) {
+  const StepCase cases[] = {{"mlp", "fp32", "adamw", 1},        {"mlp", "fp16", "adamw", 1},
+                            {"mlp", "bf16", "sgd", 1},          {"mlp", "fp16", "sgd", 2},
+                            {"cnn", "fp32", "adamw", 1},        {"cnn", "fp16", "adamw", 1},
+                            {"cnn", "bf16", "adamw", 1},        {"transformer", "fp32", "adamw", 1},
+                            {"transformer", "fp16", "adamw", 1}, {"transformer", "bf16", "adamw", 1}};
+  for (const StepCase &c : cases) {
+    SCOPED_TRACE(std::string(what) + ": " + c.fixture + " " + c.precision + " " + c.optimizer +
+                 (c.accumulate > 1 ? " accumulate" : ""));
+    plan::Plan p;
+    if (!compilePlan(c, p))
+      continue;
+    StepResult cpu, other;
+    if (!train(p, cpuBackend, c.fixture, 3, cpu) || !train(p, make, c.fixture, 3, other))
+      continue;
+    double tol = stepTolerance(c.precision), worst = 0;
+    std::string worstName;
+    bool adam = std::string(c.optimizer) == "adamw";
+    std::string prec = c.precision;
+    double threshold = prec == "fp32" ? 1e-6 : prec == "fp16" ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    int masked = 0;
+    auto masks = adam ? noiseMasks(p, cpu.values, other.values, threshold, masked)
+                      : std::map<std::string, std::vector<bool>>{};
+    for (const auto &[name, ref] : cpu.values) {
+      if (!masks.empty() && name.find("running_") != std::string::npos)
+        continue;
+      bool within;
+      std::string where;
+      rt::HostArray a = other.values[name], b = ref;
+      auto m = masks.find(name);
+      if (m != masks.end() && a.numElements() == b.numElements())
+        for (int64_t i = 0; i < b.numElements(); ++i)
+          if (m->second[i]) // compare masked elements as equal zeros
+            for (rt::HostArray *x : {&a, &b})
+              std::memset(x->bytes.data() + i * (x->bytes.size() / x->numElements()), 0,
+                          x->bytes.size() / x->numElements());
+      double e = compareArrays(a, b, 0, tol, within, where);
+      EXPECT_TRUE(within) << name << ": " << where << " (largest error " << e << ")";
+      if (e > worst) {
+        worst = e;
+        worstName = name;
+      }
+    }
+    auto found = cpu.values.find("output found_inf");
+    if (found != cpu.values.end())
+      EXPECT_EQ(found->second.at(0), 0.0) << "the last step overflowed: nothing was updated";
+    std::printf("  %s %-11s %-4s %-5s%s: %zu tensors, largest error %.2e (%s), %d noise "
+                "gradient elements masked\n",
+                what, c.fixture, c.precision, c.optimizer, c.accumulate > 1 ? " acc" : "    ",
+                cpu.values.size(), worst, worstName.c_str(), masked);
+  }
+}
+
+TEST(CudaEmulation, FixtureTrainingStepsMatchTheCpu) {
+  compareTraining(emulatorBackend, "emulated");
+}
+
+/// Every op of the fixtures' training plans has a CUDA lowering.
+TEST(CudaEmulation, LowersEveryFixturePlan) {
+  for (const char *f : {"mlp", "cnn", "transformer"})
+    for (const char *prec : {"fp32", "fp16", "bf16"}) {
+      plan::Plan p;
+      ASSERT_TRUE(compilePlan({f, prec, "adamw", 1}, p));
+      std::string error;
+      auto b = rcuda::createCudaEmulatorBackend();
+      EXPECT_TRUE(b->load(p, error)) << f << " " << prec << ": " << error;
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// On a GPU
+//===----------------------------------------------------------------------===//
+
+TEST(CudaDevice, FixtureTrainingStepsMatchTheCpu) {
+  std::string why;
+  if (!rt::cudaAvailable(why))
+    GTEST_SKIP() << "no CUDA device available (" << why << ")";
+  compareTraining(
+      [] {
+        std::string error;
+        auto b = rt::createCudaBackend({}, error);
+        EXPECT_TRUE(b) << error;
+        return b;
+      },
+      "cuda");
+}
+
+TEST(CudaDevice, GraphsOffMatchesGraphsOn) {
+  std::string why;
+  if (!rt::cudaAvailable(why))
+    GTEST_SKIP() << "no CUDA device available (" << why << ")";
+  plan::Plan p;
+  ASSERT_TRUE(compilePlan({"cnn", "fp16", "adamw", 1}, p));
+  StepResult on, off;
+  rt::CudaOptions noGraph;
+  noGraph.cudaGraph = false;
+  std::string error;
+  ASSERT_TRUE(train(p, [&] { return rt::createCudaBackend({}, error); }, "cnn", 4, on));
+  ASSERT_TRUE(train(p, [&] { return rt::createCudaBackend(noGraph, error); }, "cnn", 4, off));
+  for (const auto &[name, a] : on.values)
+    EXPECT_EQ(a.bytes, off.values[name].bytes) << name << " differs with and without a CUDA graph";
+}
+
+TEST(CudaDevice, MemoryLimitRefusesThePlan) {
+  std::string why;
+  if (!rt::cudaAvailable(why))
+    GTEST_SKIP() << "no CUDA device available (" << why << ")";
+  plan::Plan p;
+  ASSERT_TRUE(compilePlan({"mlp", "fp32", "adamw", 1}, p));
+  rt::CudaOptions opts;
+  opts.memoryLimit = 1024;
+  std::string error;
+  auto session = rt::Session::fromPlan(p, rt::createCudaBackend(opts, error), error);
+  EXPECT_FALSE(session);
+  EXPECT_NE(error.find("more than the 1024 bytes available under --memory-limit"), std::string::npos)
+      << error;
+}
+
+/// Without a GPU the backend is refused with the reason (the message amp-run
+/// prints); with one it is created.
+TEST(CudaDevice, AvailabilityAndRefusal) {
+  std::string why, error;
+  bool available = rt::cudaAvailable(why);
+  auto b = rt::createCudaBackend({}, error);
+  if (available) {
+    EXPECT_TRUE(b) << error;
+  } else {
+    EXPECT_FALSE(b);
+    EXPECT_FALSE(why.empty());
+    EXPECT_EQ(error.rfind("no CUDA device available (", 0), 0u) << error;
+  }
+}
+
+} // namespace

@@ -2,30 +2,19 @@
 
 #include "ThreadPool.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 namespace ampc::rt::cpu {
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
-  for (int i = 1; i < threads_; ++i)
-    workers_.emplace_back([this, i] { worker(i); });
-}
-
-ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  for (auto &t : workers_)
-    t.join();
-}
+ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {}
 
 int ThreadPool::rangesFor(int64_t n, int64_t minPerRange) const {
   if (n <= 0)
     return 0;
-  int64_t byWork = (n + std::max<int64_t>(minPerRange, 1) - 1) / std::max<int64_t>(minPerRange, 1);
-  return static_cast<int>(std::min<int64_t>(threads_, byWork));
+  int64_t per = std::max<int64_t>(minPerRange, 1);
+  return static_cast<int>(std::min<int64_t>(threads_, (n + per - 1) / per));
 }
 
 static void rangeOf(int64_t n, int ranges, int r, int64_t &begin, int64_t &end) {
@@ -43,46 +32,15 @@ void ThreadPool::parallelFor(int64_t n, int64_t minPerRange,
     fn(0, n, 0);
     return;
   }
+#pragma omp parallel num_threads(ranges)
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    n_ = n;
-    ranges_ = ranges;
-    pending_ = ranges - 1;
-    ++generation_;
-  }
-  wake_.notify_all();
-  int64_t begin, end;
-  rangeOf(n, ranges, 0, begin, end);
-  fn(begin, end, 0);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
-}
-
-void ThreadPool::worker(int index) {
-  uint64_t seen = 0;
-  for (;;) {
-    const std::function<void(int64_t, int64_t, int)> *job;
-    int64_t n;
-    int ranges;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_)
-        return;
-      seen = generation_;
-      job = job_;
-      n = n_;
-      ranges = ranges_;
-    }
-    if (index < ranges) {
+    // OpenMP may start fewer threads than asked: each takes every team-th
+    // range, so the ranges (and any partial results) stay the same.
+    int team = omp_get_num_threads();
+    for (int r = omp_get_thread_num(); r < ranges; r += team) {
       int64_t begin, end;
-      rangeOf(n, ranges, index, begin, end);
-      (*job)(begin, end, index);
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--pending_ == 0)
-        done_.notify_all();
+      rangeOf(n, ranges, r, begin, end);
+      fn(begin, end, r);
     }
   }
 }

@@ -319,10 +319,11 @@ public:
       return false;
     auto it = stagedIndex_.find(tensor);
     if (it == stagedIndex_.end()) {
-      // Not an input: state (checkpoints) and the like, synchronously.
-      return check(cudaStreamSynchronize(compute_), "cudaStreamSynchronize", error) &&
-             check(cudaMemcpy(address(tensor), src, bytes, cudaMemcpyHostToDevice),
-                   "writing '" + plan_.tensors(tensor).name() + "'", error);
+      // Not an input: state (checkpoints) and the like, in stream order and
+      // synchronously (the streams do not synchronise with the legacy one).
+      return check(cudaMemcpyAsync(address(tensor), src, bytes, cudaMemcpyHostToDevice, compute_),
+                   "writing '" + plan_.tensors(tensor).name() + "'", error) &&
+             synchronize(error);
     }
     Staged &s = staged_[it->second];
     // The pinned buffer is reused once its previous copy is done; the staging
@@ -346,13 +347,14 @@ public:
     if (it != stagedIndex_.end() && staged_[it->second].pending) {
       // A written input not yet run: its value is in the staging buffer.
       Staged &s = staged_[it->second];
-      return check(cudaEventSynchronize(s.ready), "cudaEventSynchronize", error) &&
-             check(cudaMemcpy(dst, s.staging, bytes, cudaMemcpyDeviceToHost),
-                   "reading '" + plan_.tensors(tensor).name() + "'", error);
+      return check(cudaStreamWaitEvent(compute_, s.ready, 0), "cudaStreamWaitEvent", error) &&
+             check(cudaMemcpyAsync(dst, s.staging, bytes, cudaMemcpyDeviceToHost, compute_),
+                   "reading '" + plan_.tensors(tensor).name() + "'", error) &&
+             synchronize(error);
     }
-    return synchronize(error) &&
-           check(cudaMemcpy(dst, address(tensor), bytes, cudaMemcpyDeviceToHost),
-                 "reading '" + plan_.tensors(tensor).name() + "'", error);
+    return check(cudaMemcpyAsync(dst, address(tensor), bytes, cudaMemcpyDeviceToHost, compute_),
+                 "reading '" + plan_.tensors(tensor).name() + "'", error) &&
+           synchronize(error);
   }
 
   bool synchronize(std::string &error) override {

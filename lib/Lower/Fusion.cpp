@@ -69,16 +69,20 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
             inputs.insert(v);
     return inputs.size();
   };
-  // Groups reading each value, to find related groups quickly.
-  std::unordered_map<const Value *, std::vector<size_t>> readers;
-  for (size_t gi = 0; gi < groups.size(); ++gi)
-    for (const Node *n : groups[gi].nodes)
+  // Groups reading each value, to find related groups quickly. Scalars (a
+  // learning rate, a constant, the overflow flag) are read by nearly every
+  // group and say nothing about which groups belong together: skip them, or
+  // every group would be a candidate for every other.
+  auto relates = [](const Value *v) { return v && v->type().numElements() > 1; };
+  std::unordered_map<const Value *, std::vector<const Node *>> readers;
+  for (const FusionGroup &g : groups)
+    for (const Node *n : g.nodes)
       for (const Value *v : n->inputs())
-        if (v)
-          readers[v].push_back(gi);
+        if (relates(v))
+          readers[v].push_back(n);
   auto canMerge = [&](size_t i, size_t j) {
     const FusionGroup &a = groups[i], &b = groups[j];
-    if (a.nodes.empty() || b.nodes.empty() || i == j || last(a) > last(b))
+    if (i == j || a.nodes.empty() || b.nodes.empty() || last(a) > last(b))
       return false;
     if (a.nodes.front()->output()->shape() != b.nodes.front()->output()->shape() ||
         a.nodes.size() + b.nodes.size() > maxNodes)
@@ -105,22 +109,21 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
       std::vector<size_t> related;
       for (const Node *n : groups[j].nodes)
         for (const Value *v : n->inputs()) {
-          if (!v)
+          if (!relates(v))
             continue;
           if (v->producer() && groupOf.count(v->producer()))
             related.push_back(groupOf[v->producer()]);
-          for (size_t r : readers[v])
-            related.push_back(r);
+          for (const Node *reader : readers[v])
+            related.push_back(groupOf[reader]);
         }
+      std::sort(related.begin(), related.end());
+      related.erase(std::unique(related.begin(), related.end()), related.end());
       for (size_t i : related) {
         if (!canMerge(i, j))
           continue;
         for (const Node *n : groups[i].nodes) {
           groupOf[n] = j;
           groups[j].nodes.push_back(n);
-          for (const Value *v : n->inputs())
-            if (v)
-              readers[v].push_back(j);
         }
         groups[i].nodes.clear();
         std::sort(groups[j].nodes.begin(), groups[j].nodes.end(),

@@ -452,6 +452,11 @@ private:
   void makeUpdatesInPlace(plan::Program &prog, const ProgramSpec &spec) {
     auto last = lastReads(prog);
     std::unordered_set<int> used;
+    // The views of each tensor, so re-basing them costs their number only.
+    std::unordered_map<int, std::vector<int>> viewsOf;
+    for (int i = 0; i < p_.tensors_size(); ++i)
+      if (p_.tensors(i).has_view_of())
+        viewsOf[p_.tensors(i).view_of()].push_back(i);
     for (const StateBinding &sb : spec.updates) {
       auto step = stepOf_.find(sb.updated);
       if (step == stepOf_.end() || prog.steps(step->second).op() != "ampc.Fused")
@@ -462,14 +467,14 @@ private:
       auto lastRead = last.find(state);
       if (lastRead != last.end() && lastRead->second > step->second)
         continue;
-      // Views of the updated value would now alias the state too.
-      for (int i = 0; i < p_.tensors_size(); ++i)
-        if (p_.tensors(i).has_view_of() && p_.tensors(i).view_of() == updated)
-          p_.mutable_tensors(i)->set_view_of(state);
-      makeView(updated, state);
-      for (int i = 0; i < p_.tensors_size(); ++i)
-        if (p_.tensors(i).has_view_of() && rootOf(i) == state)
-          p_.mutable_tensors(i)->set_storage(plan::STATE);
+      // Views of the updated value now alias the state too.
+      std::vector<int> moved = viewsOf[updated];
+      moved.push_back(updated);
+      for (int i : moved) {
+        makeView(i, state);
+        viewsOf[state].push_back(i);
+      }
+      viewsOf.erase(updated);
       used.insert(state);
     }
   }

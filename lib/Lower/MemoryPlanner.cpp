@@ -22,37 +22,41 @@ namespace {
 
 uint64_t alignUp(uint64_t v) { return (v + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
 
-/// Places requests in the given order; returns the arena size.
+/// A placed buffer: bytes [begin, end) during steps [first, last].
+struct Placed {
+  uint64_t begin, end;
+  int first, last;
+};
+
+/// Places requests in the given order; returns the arena size. Placed
+/// buffers are kept in a vector sorted by offset, so finding the best gap is
+/// one contiguous walk that skips the buffers not live at the same time.
 uint64_t place(const std::vector<BufferRequest> &reqs, const std::vector<size_t> &order,
                std::vector<uint64_t> &offsets) {
   offsets.assign(reqs.size(), 0);
-  std::vector<size_t> placed;
+  std::vector<Placed> placed;
   placed.reserve(reqs.size());
   uint64_t arena = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> busy; // [begin, end) of overlapping buffers
   for (size_t idx : order) {
     const BufferRequest &r = reqs[idx];
     uint64_t size = alignUp(r.size);
-    busy.clear();
-    for (size_t other : placed) {
-      const BufferRequest &o = reqs[other];
-      if (o.end < r.start || r.end < o.start)
-        continue;
-      busy.push_back({offsets[other], offsets[other] + alignUp(o.size)});
-    }
-    std::sort(busy.begin(), busy.end());
-    // Best fit: the smallest gap between busy ranges that holds the buffer.
     uint64_t best = std::numeric_limits<uint64_t>::max(), bestGap = best, cursor = 0;
-    for (const auto &[begin, end] : busy) {
-      if (begin > cursor && begin - cursor >= size && begin - cursor < bestGap) {
-        bestGap = begin - cursor;
+    for (const Placed &o : placed) {
+      if (o.last < r.start || r.end < o.first)
+        continue;
+      if (o.begin > cursor && o.begin - cursor >= size && o.begin - cursor < bestGap) {
+        bestGap = o.begin - cursor;
         best = cursor;
       }
-      cursor = std::max(cursor, end);
+      cursor = std::max(cursor, o.end);
     }
-    offsets[idx] = best != std::numeric_limits<uint64_t>::max() ? best : cursor;
-    arena = std::max(arena, offsets[idx] + size);
-    placed.push_back(idx);
+    uint64_t at = best != std::numeric_limits<uint64_t>::max() ? best : cursor;
+    offsets[idx] = at;
+    arena = std::max(arena, at + size);
+    Placed p{at, at + size, r.start, r.end};
+    auto pos = std::upper_bound(placed.begin(), placed.end(), p,
+                                [](const Placed &a, const Placed &b) { return a.begin < b.begin; });
+    placed.insert(pos, p);
   }
   return arena;
 }

@@ -28,6 +28,9 @@ bool fusableType(DType t) {
 } // namespace
 
 bool isFusableElementwise(const Node &n) {
+  // Identity is a view of its operand (no step at all), never an instruction.
+  if (n.is("Identity"))
+    return false;
   if (rt::fusedOpByName(n.qualifiedOpType()) == rt::FusedOp::Count &&
       !n.is("Sum") && !n.is("Mean"))
     return false;

@@ -87,6 +87,9 @@ public:
       makeUpdatesInPlace(prog, spec);
       prog.set_launches(prog.steps_size());
     }
+    for (const plan::Program &prog : p_.programs())
+      if (auto err = checkDefinedBeforeUse(prog))
+        return std::move(err);
     collectPinned();
     for (int i = 0; i < p_.programs_size(); ++i)
       planArena(p_.programs(i));
@@ -477,6 +480,36 @@ private:
       viewsOf.erase(updated);
       used.insert(state);
     }
+  }
+
+  /// Every tensor a step reads is state, a constant, a program input, or
+  /// written by an earlier step of the program: a lowering invariant, checked
+  /// because a violation would read garbage at run time.
+  llvm::Error checkDefinedBeforeUse(const plan::Program &prog) const {
+    std::unordered_set<int> written;
+    for (const plan::Binding &b : prog.inputs())
+      written.insert(rootOf(b.tensor()));
+    auto defined = [&](int id) {
+      int root = rootOf(id);
+      plan::Storage s = p_.tensors(root).storage();
+      return s == plan::STATE || s == plan::CONSTANT || written.count(root);
+    };
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &step = prog.steps(s);
+      for (int id : step.inputs())
+        if (id >= 0 && !defined(id))
+          return makeError("internal error in the lowering: program '" + prog.name() + "' step " +
+                           std::to_string(s) + " ('" + step.name() + "') reads '" +
+                           p_.tensors(id).name() + "' before any step writes it");
+      for (int id : step.outputs())
+        if (id >= 0)
+          written.insert(rootOf(id));
+    }
+    for (const plan::Binding &b : prog.outputs())
+      if (!defined(b.tensor()))
+        return makeError("internal error in the lowering: program '" + prog.name() +
+                         "' output '" + b.name() + "' is never written");
+    return llvm::Error::success();
   }
 
   /// Program inputs and outputs keep their own arena bytes: inputs are fed

@@ -38,4 +38,18 @@ std::map<std::string, Tensor> loadFixtureArrays(const std::string &name, const s
 /// max |a - b| / max |b| (0 when both are all zero); infinity on shape mismatch.
 double relativeError(const Tensor &a, const Tensor &b);
 
+/// The names in the fixture's meta.json: parameters, then BatchNormalization
+/// running statistics.
+std::vector<std::string> fixtureKeys(const std::string &name, const std::string &dir = "");
+
+/// Per parameter, the elements whose torch gradient vanishes analytically and
+/// is rounding noise (below 1e-6 of the model's largest gradient): a
+/// convolution bias before BatchNormalization, the key bias of attention.
+/// AdamW turns such noise into +-lr steps whose signs no two implementations
+/// share (docs/training.md), so comparisons leave these elements out.
+std::map<std::string, std::vector<bool>> noiseGradients(const std::string &name);
+
+/// relativeError over the elements not marked in `skip` (empty: all).
+double maskedRelativeError(const Tensor &a, const Tensor &b, const std::vector<bool> &skip);
+
 } // namespace ampc::test

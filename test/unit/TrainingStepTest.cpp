@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FixtureUtil.h"
+#include "StepRunner.h"
 
 #include "ampc/Interpreter/Interpreter.h"
 #include "ampc/ONNX/Import.h"
@@ -32,141 +33,7 @@ namespace {
 
 const char *kFixtures[] = {"mlp", "cnn", "transformer"};
 
-/// A compiled training step and the current values of its state.
-class StepRunner {
-public:
-  bool compile(std::unique_ptr<Graph> g, const std::string &pipeline) {
-    registerAllPasses();
-    g_ = std::move(g);
-    PassManager pm;
-    pm.verifyEach = true;
-    PassContext ctx;
-    if (auto err = pm.addPipeline(pipeline)) {
-      ADD_FAILURE() << llvm::toString(std::move(err));
-      return false;
-    }
-    if (auto err = pm.run(*g_, ctx)) {
-      ADD_FAILURE() << llvm::toString(std::move(err));
-      return false;
-    }
-    for (const StateBinding &b : g_->stateBindings)
-      state_[b.state->name()] = *b.state->data();
-    return true;
-  }
-
-  Graph &graph() { return *g_; }
-  std::map<std::string, Tensor> &state() { return state_; }
-
-  /// Runs the nodes `wanted` needs with the batch and the current state,
-  /// then applies the state updates among them. Returns the wanted values by name.
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor> &batch,
-                                    std::vector<const Value *> wanted) {
-    std::set<const Value *> wantedSet(wanted.begin(), wanted.end());
-    std::map<std::string, Tensor> feeds = batch;
-    for (const auto &[name, t] : state_)
-      feeds[name] = t;
-    Interpreter interp(*g_);
-    auto values = interp.runFor(feeds, wanted);
-    std::map<std::string, Tensor> out;
-    if (!values) {
-      ADD_FAILURE() << llvm::toString(values.takeError());
-      return out;
-    }
-    for (size_t i = 0; i < wanted.size(); ++i)
-      out[wanted[i]->name()] = (*values)[i];
-    for (const StateBinding &b : g_->stateBindings)
-      if (wantedSet.count(b.updated))
-        state_[b.state->name()] = out[b.updated->name()];
-    return out;
-  }
-
-  /// One whole step (every graph output).
-  std::map<std::string, Tensor> step(const std::map<std::string, Tensor> &batch) {
-    return run(batch, std::vector<const Value *>(g_->outputs().begin(), g_->outputs().end()));
-  }
-
-  /// The values a program of an accumulating step computes (see
-  /// lib/Lower/Lower.cpp: states listed in kAccumulateStatesKey and the loss
-  /// belong to "accumulate", everything else to "apply").
-  std::vector<const Value *> program(bool accumulate) {
-    std::string states = g_->metadata.at(kAccumulateStatesKey) + ",";
-    std::string loss = g_->metadata.at(std::string(kInfoPrefix) + "output.loss");
-    std::set<const Value *> updated;
-    std::vector<const Value *> out;
-    for (const StateBinding &b : g_->stateBindings) {
-      updated.insert(b.updated);
-      bool isAcc = states.find(b.state->name() + ",") != std::string::npos;
-      if (isAcc == accumulate)
-        out.push_back(b.updated);
-    }
-    for (const Value *v : g_->outputs())
-      if (!updated.count(v) && (v->name() == loss) == accumulate)
-        out.push_back(v);
-    return out;
-  }
-
-private:
-  std::unique_ptr<Graph> g_;
-  std::map<std::string, Tensor> state_;
-};
-
-std::vector<std::string> fixtureKeys(const std::string &name, const std::string &dir) {
-  // Parameters plus BatchNormalization running statistics (meta.json lists
-  // both; the directory holds one file per key).
-  std::ifstream meta(fixturePath(name, "meta.json"));
-  std::string text((std::istreambuf_iterator<char>(meta)), std::istreambuf_iterator<char>());
-  std::vector<std::string> keys;
-  for (const char *field : {"\"params\"", "\"buffers\""}) {
-    size_t at = text.find(field);
-    size_t open = text.find('[', at), close = text.find(']', open);
-    std::string list = text.substr(open + 1, close - open - 1);
-    size_t q = 0;
-    while ((q = list.find('"', q)) != std::string::npos) {
-      size_t e = list.find('"', q + 1);
-      keys.push_back(list.substr(q + 1, e - q - 1));
-      q = e + 1;
-    }
-  }
-  (void)dir;
-  return keys;
-}
-
 bool isRunningVar(const std::string &key) { return key.find("running_var") != std::string::npos; }
-
-/// Elements whose torch gradient vanishes analytically and is rounding noise
-/// (below 1e-6 of the model's largest gradient): a convolution bias before
-/// BatchNormalization, the key bias of attention (softmax ignores a constant
-/// shift). Adam turns such noise into +-lr steps whose signs no two
-/// implementations share, so AdamW comparisons leave these elements out.
-std::map<std::string, std::vector<bool>> noiseGradients(const std::string &name) {
-  std::vector<std::string> params;
-  for (const std::string &k : fixtureKeys(name, "grads"))
-    if (k.find("running_") == std::string::npos)
-      params.push_back(k);
-  auto grads = loadFixtureArrays(name, "grads", params);
-  double largest = 0;
-  for (const auto &[k, t] : grads)
-    for (int64_t i = 0; i < t.size(); ++i)
-      largest = std::max(largest, std::fabs(t.getDouble(i)));
-  std::map<std::string, std::vector<bool>> noise;
-  for (const auto &[k, t] : grads) {
-    noise[k].resize(t.size());
-    for (int64_t i = 0; i < t.size(); ++i)
-      noise[k][i] = std::fabs(t.getDouble(i)) < 1e-6 * largest;
-  }
-  return noise;
-}
-
-double maskedRelativeError(const Tensor &a, const Tensor &b, const std::vector<bool> &skip) {
-  double diff = 0, ref = 0;
-  for (int64_t i = 0; i < b.size(); ++i) {
-    if (!skip.empty() && skip[i])
-      continue;
-    diff = std::max(diff, std::fabs(a.getDouble(i) - b.getDouble(i)));
-    ref = std::max(ref, std::fabs(b.getDouble(i)));
-  }
-  return ref ? diff / ref : diff;
-}
 
 /// Compares every parameter (and running statistic) after `steps` steps with
 /// torch's values in test/fixtures/<name>/<dir>.

@@ -95,7 +95,7 @@ llvm::Error inlineExternalData(onnx::ModelProto &model, const std::string &baseD
       continue;
     auto tensor = tensorFromProto(t, baseDir);
     if (!tensor)
-      return tensor.takeError();
+      return withContext(tensor.takeError(), "initializer '" + t.name() + "'");
     std::string name = t.name();
     tensorToProto(*tensor, name, t);
   }

@@ -74,14 +74,17 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
   };
   // Groups reading each value, to find related groups quickly. Scalars (a
   // learning rate, a constant, the overflow flag) are read by nearly every
-  // group and say nothing about which groups belong together: skip them, or
-  // every group would be a candidate for every other.
-  auto relates = [](const Value *v) { return v && v->type().numElements() > 1; };
+  // group and say nothing about which tensor-shaped groups belong together:
+  // they relate scalar groups only, or every group would be a candidate for
+  // every other.
+  auto relates = [](const Value *v, const Node *reader) {
+    return v && (v->type().numElements() > 1 || reader->output()->type().numElements() == 1);
+  };
   std::unordered_map<const Value *, std::vector<const Node *>> readers;
   for (const FusionGroup &g : groups)
     for (const Node *n : g.nodes)
       for (const Value *v : n->inputs())
-        if (relates(v))
+        if (relates(v, n))
           readers[v].push_back(n);
   auto canMerge = [&](size_t i, size_t j) {
     const FusionGroup &a = groups[i], &b = groups[j];
@@ -112,7 +115,7 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
       std::vector<size_t> related;
       for (const Node *n : groups[j].nodes)
         for (const Value *v : n->inputs()) {
-          if (!relates(v))
+          if (!relates(v, n))
             continue;
           if (v->producer() && groupOf.count(v->producer()))
             related.push_back(groupOf[v->producer()]);

@@ -301,10 +301,12 @@ public:
       s.pending = false;
     }
     int runs = runs_[index]++;
-    // The run after the warm-up is profiled (without a graph) when asked.
-    if (!opts_.profilePath.empty() && !profiled_ && runs == 1) {
-      profiled_ = true;
-      return profile(index, error);
+    // --profile: the first run after the warm-up of the first program to run
+    // twice, without a graph; the warm-up run is profiled too, so that a
+    // single run still leaves a trace (the later one replaces it).
+    if (!opts_.profilePath.empty() && !profiled_ && runs <= 1) {
+      profiled_ = runs == 1;
+      return profile(index, runs == 0, error);
     }
     if (!opts_.cudaGraph || runs == 0 || debugSync_)
       return enqueue(index, error);
@@ -492,7 +494,7 @@ private:
 
   /// Runs a program with events around every launch and writes a Chrome
   /// trace (chrome://tracing, Perfetto) of its launches.
-  bool profile(int program, std::string &error) {
+  bool profile(int program, bool warmUp, std::string &error) {
     const std::vector<Launch> &ls = programs_[program];
     std::vector<cudaEvent_t> ev(ls.size() + 1, nullptr);
     auto cleanup = [&] {
@@ -510,7 +512,9 @@ private:
       ok = launch(program, ls[i], error) &&
            check(cudaEventRecord(ev[i + 1], compute_), "cudaEventRecord", error);
     ok = ok && check(cudaStreamSynchronize(compute_), "profiling the plan", error);
-    std::string json = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+    std::string json = std::string("{\"displayTimeUnit\": \"ms\", \"otherData\": {\"backend\": \"") +
+                       jsonEscape(name_) + "\", \"warm_up_run\": " + (warmUp ? "true" : "false") +
+                       "}, \"traceEvents\": [\n";
     const plan::Program &prog = plan_.programs(program);
     for (size_t i = 0; ok && i < ls.size(); ++i) {
       float start = 0, dur = 0;

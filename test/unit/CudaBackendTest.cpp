@@ -18,7 +18,9 @@
 // Tolerances (|emulated - cpu| <= rel * |cpu| + abs * max|cpu| per element):
 // single ops rel = one ulp of the stored type (0 for fp32), abs = 2e-5 (sums
 // in another order); training steps compare relative to each tensor's
-// largest magnitude, see kStepTolerance.
+// largest magnitude (stepTolerance), leaving out under AdamW the elements
+// whose gradient is rounding noise (noiseMasks). scripts/compare_dumps.py
+// applies the same rules to GPU runs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -581,18 +583,23 @@ bool compilePlan(const StepCase &c, plan::Plan &out) {
   return true;
 }
 
-/// Elements whose CPU gradient is rounding noise (below `threshold` of the
-/// step's largest gradient: 1e-6 in fp32, one ulp of the activations' type
-/// in fp16 and bf16, whose gradients sum rounded values): a convolution bias before BatchNormalization, the key
-/// bias of attention. Adam turns such noise into +-lr steps whose signs no
-/// two implementations share (test/unit/TrainingStepTest.cpp leaves them out
-/// against torch for the same reason), so AdamW comparisons mask these
-/// elements in the parameter, its moments and its gradient, and skip the
-/// running statistics that the resulting activations move.
+/// Gradient elements that are rounding noise: small (below 1% of the step's
+/// largest gradient) and more than 1% apart between the backends, which for
+/// gradients that do not cancel agree far more closely (fp32: about 1e-6,
+/// fp16 and bf16: about one ulp). They are where a gradient vanishes
+/// analytically and sums of rounded terms cancel: a convolution bias before
+/// BatchNormalization, the key bias of attention. Relative to their own
+/// largest element such gradients are all noise; AdamW moreover normalises
+/// noise into +-lr steps whose signs no two implementations share
+/// (test/unit/TrainingStepTest.cpp leaves these elements out against torch
+/// for the same reason). So the comparisons leave these elements out of the
+/// gradient, the parameter and its moments (the whole tensor when all of the
+/// gradient is below 0.1% of the largest), and skip the running statistics
+/// that the resulting activations move.
 std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
                                                     const std::map<std::string, rt::HostArray> &cpu,
                                                     std::map<std::string, rt::HostArray> &other,
-                                                    double threshold, int &masked) {
+                                                    int &masked, int64_t &total) {
   double largest = 0;
   for (const plan::Parameter &par : p.parameters()) {
     auto it = cpu.find("output " + par.onnx_name() + "_grad");
@@ -609,15 +616,21 @@ std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
     const rt::HostArray &a = it->second, &b = other[key];
     std::vector<bool> m(a.numElements());
     bool any = false;
+    double tensorMax = 0;
     for (int64_t i = 0; i < a.numElements(); ++i) {
-      // Noise on either side (one may round it to an exact zero).
-      bool noise = std::fabs(a.at(i)) < threshold * largest || std::fabs(b.at(i)) < threshold * largest;
-      any |= m[i] = noise && !(a.at(i) == 0 && b.at(i) == 0);
+      double x = a.at(i), y = b.at(i), big = std::max(std::fabs(x), std::fabs(y));
+      any |= m[i] = big < 1e-2 * largest && std::fabs(x - y) > 1e-2 * big;
+      tensorMax = std::max(tensorMax, big);
     }
+    // A gradient that is all noise: its noise of earlier steps moved every
+    // element of the parameter, so it is left out whole.
+    if (any && tensorMax < 1e-3 * largest)
+      m.assign(m.size(), true);
     masked += static_cast<int>(std::count(m.begin(), m.end(), true));
+    total += a.numElements();
     if (!any)
       continue;
-    for (const char *suffix : {"", ".exp_avg", ".exp_avg_sq"})
+    for (const char *suffix : {"", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"})
       masks["state " + par.onnx_name() + suffix] = m;
     masks[key] = m;
   }
@@ -701,12 +714,11 @@ void compareTraining(const BackendFactory &make, const char *what) {
       continue;
     double tol = stepTolerance(c.precision), worst = 0;
     std::string worstName;
-    bool adam = std::string(c.optimizer) == "adamw";
-    std::string prec = c.precision;
-    double threshold = prec == "fp32" ? 1e-6 : prec == "fp16" ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
     int masked = 0;
-    auto masks = adam ? noiseMasks(p, cpu.values, other.values, threshold, masked)
-                      : std::map<std::string, std::vector<bool>>{};
+    int64_t gradElements = 0;
+    auto masks = noiseMasks(p, cpu.values, other.values, masked, gradElements);
+    // A few noise elements are expected; many would hide real differences.
+    EXPECT_LE(masked, gradElements / 20) << "too many noise gradient elements";
     for (const auto &[name, ref] : cpu.values) {
       if (!masks.empty() && name.find("running_") != std::string::npos)
         continue;
@@ -741,8 +753,11 @@ TEST(CudaEmulation, FixtureTrainingStepsMatchTheCpu) {
   compareTraining(emulatorBackend, "emulated");
 }
 
-/// Every op of the fixtures' training plans has a CUDA lowering.
+/// Every op of the fixtures' training plans has a CUDA lowering; prints how
+/// many launches a step takes on CUDA next to the plan's count (one per step).
 TEST(CudaEmulation, LowersEveryFixturePlan) {
+  std::printf("  %-11s %-4s %6s %9s %7s %6s %6s\n", "fixture", "prec", "steps", "launches",
+              "kernels", "gemms", "copies");
   for (const char *f : {"mlp", "cnn", "transformer"})
     for (const char *prec : {"fp32", "fp16", "bf16"}) {
       plan::Plan p;
@@ -750,6 +765,18 @@ TEST(CudaEmulation, LowersEveryFixturePlan) {
       std::string error;
       auto b = rcuda::createCudaEmulatorBackend();
       EXPECT_TRUE(b->load(p, error)) << f << " " << prec << ": " << error;
+      // The launch list against placeholder addresses.
+      static uint8_t fake[64];
+      rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake};
+      std::vector<rcuda::Launch> launches;
+      size_t ws = 0;
+      ASSERT_TRUE(rcuda::lowerProgram(p, 0, mem, launches, ws, error)) << error;
+      int kinds[4] = {0, 0, 0, 0};
+      for (const rcuda::Launch &l : launches)
+        ++kinds[l.kind];
+      std::printf("  %-11s %-4s %6d %9zu %7d %6d %6d\n", f, prec, p.programs(0).steps_size(),
+                  launches.size(), kinds[rcuda::Launch::Kernel], kinds[rcuda::Launch::Gemm],
+                  kinds[rcuda::Launch::Memset] + kinds[rcuda::Launch::Memcpy]);
     }
 }
 

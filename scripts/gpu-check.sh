@@ -135,8 +135,12 @@ s = [json.loads(l)['seconds'] for l in open(sys.argv[1])][5:]; print('%.6f' % st
     && echo "profile of one cnn fp16 step: $bench/cnn.fp16.trace.json (chrome://tracing, ui.perfetto.dev)" \
     || fail "profile"
   if [[ -f $root/bench/run.py ]]; then
-    echo "== bench/run.py (CPU against PyTorch)"
-    $py "$root/bench/run.py" --build "$build" --out "$bench/cpu" || fail "bench/run.py"
+    if $py -c "import torch" 2>/dev/null; then
+      echo "== bench/run.py (CPU against PyTorch)"
+      $py "$root/bench/run.py" --build "$build" --out "$bench/cpu" || fail "bench/run.py"
+    else
+      echo "gpu-check: skipping bench/run.py: python3-torch is not installed"
+    fi
   fi
 fi
 

@@ -104,7 +104,8 @@ struct FusedArgs {
 };
 
 //===----------------------------------------------------------------------===//
-// Strided copies: Transpose, Expand, Concat, Split, Slice, layout changes
+// Data movement: strided copies (Transpose, Expand, Concat, Split, Slice,
+// layout changes) and Gather
 //===----------------------------------------------------------------------===//
 
 struct CopyArgs {
@@ -133,6 +134,42 @@ struct CopyArgs {
       return;
     default:
       static_cast<uint64_t *>(a.dst)[d] = static_cast<const uint64_t *>(a.src)[s];
+      return;
+    }
+  }
+};
+
+/// Gather along one axis: X viewed as [outer, dim, inner], the result as
+/// [outer, n, inner] for n indices; negative indices count from the end, an
+/// index out of range yields zeros (as the CPU kernel).
+struct GatherArgs {
+  const void *x = nullptr, *indices = nullptr;
+  void *y = nullptr;
+  uint8_t indexType = 0;
+  int elemBytes = 4;
+  int64_t n = 0, dim = 0, inner = 1;
+
+  static AMPC_HD void run(const GatherArgs &a, int64_t i) {
+    int64_t r = i / a.inner, e = i - r * a.inner;
+    int64_t o = r / a.n, j = r - o * a.n;
+    int64_t k = a.indexType == FusedElem::I64 ? static_cast<const int64_t *>(a.indices)[j]
+                                              : static_cast<const int32_t *>(a.indices)[j];
+    if (k < 0)
+      k += a.dim;
+    bool inside = k >= 0 && k < a.dim;
+    int64_t src = inside ? (o * a.dim + k) * a.inner + e : 0;
+    switch (a.elemBytes) {
+    case 1:
+      static_cast<uint8_t *>(a.y)[i] = inside ? static_cast<const uint8_t *>(a.x)[src] : 0;
+      return;
+    case 2:
+      static_cast<uint16_t *>(a.y)[i] = inside ? static_cast<const uint16_t *>(a.x)[src] : 0;
+      return;
+    case 4:
+      static_cast<uint32_t *>(a.y)[i] = inside ? static_cast<const uint32_t *>(a.x)[src] : 0;
+      return;
+    default:
+      static_cast<uint64_t *>(a.y)[i] = inside ? static_cast<const uint64_t *>(a.x)[src] : 0;
       return;
     }
   }
@@ -932,6 +969,7 @@ struct AllFiniteArgs {
 #define AMPC_CUDA_KERNELS(X)                                                                       \
   X(Fused, FusedArgs)                                                                              \
   X(Copy, CopyArgs)                                                                                \
+  X(Gather, GatherArgs)                                                                            \
   X(Reduce, ReduceArgs)                                                                            \
   X(Softmax, SoftmaxArgs)                                                                          \
   X(LayerNorm, LayerNormArgs)                                                                      \

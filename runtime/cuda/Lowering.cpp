@@ -361,6 +361,8 @@ public:
   bool lowerConcat(std::string &error);
   bool lowerSplit(std::string &error);
   bool lowerSlice(std::string &error);
+  bool lowerGather(std::string &error);
+  bool lowerElementwise(FusedOp op, std::string &error);
   bool lowerMatMul(std::string &error);
   bool lowerGemm(std::string &error);
   bool lowerReduce(ReduceOp op, std::string &error);
@@ -508,6 +510,91 @@ bool StepLowering::lowerFused(std::string &error) {
     f.out[o] = {outs_[o].present() ? outs_[o].p : nullptr, outs_[o].type, static_cast<uint8_t>(r)};
   }
   kernel(KernelKind::Fused, f, outs_.front().numel);
+  return true;
+}
+
+/// An elementwise op left unfused (Cast, Where, Clip, ...): a fused program
+/// of one instruction. Integer arithmetic would go through fp32 registers, so
+/// only float and bool operands are taken, and Cast between a float type and
+/// an integer type (exactly what the CPU's conversions do).
+bool StepLowering::lowerElementwise(FusedOp op, std::string &error) {
+  Operand y = output(0);
+  if (!y.present() || outs_.size() != 1) {
+    error = "expects one result";
+    return false;
+  }
+  auto isInt = [](uint8_t t) { return t != FusedElem::BOOL && !isFloat(t) && t != FusedElem::F64; };
+  bool intIn = false;
+  for (const Operand &x : in_)
+    intIn = intIn || (x.present() && isInt(x.type));
+  if ((op == FusedOp::Cast && intIn && isInt(y.type)) ||
+      (op != FusedOp::Cast && (intIn || isInt(y.type)))) {
+    error = "integer elementwise steps are not supported by the CUDA backend";
+    return false;
+  }
+  FusedArgs f;
+  if (y.rank() > FusedArgs::kRank || in_.size() > 3) {
+    error = "rank above " + std::to_string(FusedArgs::kRank);
+    return false;
+  }
+  f.rank = y.rank();
+  for (int d = 0; d < f.rank; ++d)
+    f.shape[d] = y.shape[d];
+  uint8_t args[3] = {0, 0, 0};
+  for (size_t i = 0; i < in_.size(); ++i) {
+    const Operand &x = in_[i];
+    if (!x.present())
+      continue;
+    if (x.shape.size() > y.shape.size()) {
+      error = "operand " + std::to_string(i) + " does not broadcast to the result";
+      return false;
+    }
+    FusedArgs::Input &fi = f.in[f.numInputs];
+    fi.p = x.p;
+    fi.type = x.type;
+    f.wide = f.wide || x.type == FusedElem::F64;
+    if (x.shape == y.shape) {
+      fi.kind = FusedArgs::Contiguous;
+    } else if (x.numel == 1) {
+      fi.kind = FusedArgs::Scalar;
+    } else {
+      fi.kind = FusedArgs::Strided;
+      size_t lead = y.shape.size() - x.shape.size();
+      int64_t stride = 1;
+      for (size_t d = x.shape.size(); d-- > 0;) {
+        if (x.shape[d] != 1 && x.shape[d] != y.shape[d + lead]) {
+          error = "operand " + std::to_string(i) + " does not broadcast to the result";
+          return false;
+        }
+        fi.strides[d + lead] = x.shape[d] == 1 ? 0 : stride;
+        stride *= x.shape[d];
+      }
+    }
+    args[i] = static_cast<uint8_t>(f.numInputs++);
+  }
+  if (f.numInputs == 0) {
+    error = "missing operands";
+    return false;
+  }
+  FusedArgs::Instr &in = f.ins[0];
+  f.numInstrs = 1;
+  in.op = op;
+  in.type = y.type;
+  in.a = args[0];
+  in.b = args[1];
+  in.c = args[2];
+  f.wide = f.wide || y.type == FusedElem::F64;
+  in.params = fused::fusedDefaults(op);
+  in.params.alpha = static_cast<float>(attrFloat("alpha", in.params.alpha));
+  in.params.beta = static_cast<float>(attrFloat("beta", in.params.beta));
+  in.params.gamma = static_cast<float>(attrFloat("gamma", in.params.gamma));
+  in.params.detectPos = attrInt("detect_positive", 1) != 0;
+  in.params.detectNeg = attrInt("detect_negative", 1) != 0;
+  in.params.hasMin = has(1);
+  in.params.hasMax = has(2);
+  f.numOutputs = 1;
+  f.out[0] = {y.p, y.type, static_cast<uint8_t>(f.numInputs)};
+  kernel(KernelKind::Fused, f, y.numel);
   return true;
 }
 
@@ -739,6 +826,38 @@ bool StepLowering::lowerSlice(std::string &error) {
     return false;
   }
   kernel(KernelKind::Copy, c, y.numel);
+  return true;
+}
+
+bool StepLowering::lowerGather(std::string &error) {
+  Operand x = input(0), ind = input(1), y = output(0);
+  if (!x.present() || !ind.present() || !y.present() || x.type != y.type) {
+    error = "Gather takes data and indices and a result of the data's type";
+    return false;
+  }
+  if (ind.type != FusedElem::I64 && ind.type != FusedElem::I32) {
+    error = "indices must be int64 or int32";
+    return false;
+  }
+  int64_t axis = normalizeAxis(attrInt("axis", 0), x.rank());
+  if (axis < 0) {
+    error = "axis out of range";
+    return false;
+  }
+  GatherArgs g;
+  g.x = x.p;
+  g.indices = ind.p;
+  g.y = y.p;
+  g.indexType = ind.type;
+  g.elemBytes = static_cast<int>(x.elemBytes());
+  g.n = ind.numel;
+  g.dim = x.shape[axis];
+  g.inner = product(x.shape, axis + 1);
+  if (y.numel != product(x.shape, 0, axis) * g.n * g.inner) {
+    error = "result does not match the indices";
+    return false;
+  }
+  kernel(KernelKind::Gather, g, y.numel);
   return true;
 }
 
@@ -1838,6 +1957,7 @@ const std::map<std::string, LowerFn> &table() {
     simple("Concat", &StepLowering::lowerConcat);
     simple("Split", &StepLowering::lowerSplit);
     simple("Slice", &StepLowering::lowerSlice);
+    simple("Gather", &StepLowering::lowerGather);
     simple("MatMul", &StepLowering::lowerMatMul);
     simple("Gemm", &StepLowering::lowerGemm);
     simple("LayerNormalization", &StepLowering::lowerLayerNorm);
@@ -1887,6 +2007,9 @@ const std::map<std::string, LowerFn> &table() {
 bool StepLowering::lower(std::string &error) {
   auto it = table().find(step_.op());
   if (it == table().end()) {
+    FusedOp op = fusedOpByName(step_.op());
+    if (op != FusedOp::Count)
+      return lowerElementwise(op, error);
     error = "the CUDA backend has no kernel for '" + step_.op() + "'";
     return false;
   }
@@ -1899,6 +2022,10 @@ std::vector<std::string> cudaKernelOps() {
   std::vector<std::string> ops;
   for (const auto &[name, fn] : table())
     ops.push_back(name);
+  for (const FusedOpInfo &info : kFusedOps)
+    if (!table().count(info.name))
+      ops.push_back(info.name);
+  std::sort(ops.begin(), ops.end());
   return ops;
 }
 

@@ -438,6 +438,40 @@ TEST(CudaEmulation, FusedChainsWithBroadcasting) {
     })");
 }
 
+/// Elementwise steps the lowering left unfused (fusion off).
+TEST(CudaEmulation, UnfusedElementwiseSteps) {
+  const char *model = R"(g (T[4,5] a, T[5] b, T[4,1] c) => (T[4,5] y, float[4,5] z, T[4,5] w) {
+      s = Add(a, b)
+      k = Greater(a, c)
+      y = Where(k, s, c)
+      z = Cast <to = 1> (y)
+      r = Relu(a)
+      w = Sub(r, b)
+    })";
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) {
+    const char *name = t == DType::F32 ? "float" : t == DType::F16 ? "float16" : "bfloat16";
+    auto g = importModelText(substitute(header() + model, name), "unfused");
+    ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+    LowerOptions lo;
+    lo.fuseElementwise = false;
+    auto p = lowerToPlan(**g, lo);
+    ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::map<std::string, Tensor> feeds;
+    for (const Value *v : (*g)->inputs()) {
+      std::vector<double> vals(v->type().numElements());
+      for (double &x : vals)
+        x = u(rng);
+      feeds[v->name()] = Tensor::fromDoubles(v->type(), vals);
+    }
+    std::vector<rt::HostArray> cpu, emu;
+    ASSERT_TRUE(runOnce(*p, cpuBackend, feeds, cpu) && runOnce(*p, emulatorBackend, feeds, emu));
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_EQ(cpu[i].bytes, emu[i].bytes) << name << " output " << i;
+  }
+}
+
 TEST(CudaEmulation, MatMulAndGemm) {
   const char *shapes[][3] = {{"[5,7]", "[7,3]", "[5,3]"},         {"[2,4,16]", "[16,48]", "[2,4,48]"},
                              {"[2,3,4,5]", "[2,3,5,6]", "[2,3,4,6]"}, {"[3,1,4,5]", "[2,5,6]", "[3,2,4,6]"},
@@ -467,6 +501,9 @@ TEST(CudaEmulation, DataMovement) {
   compareOp("Expand", header() + R"(g (T[3,1] a) => (T[2,3,4] y) <int64[3] s = {2, 3, 4}> {
       y = Expand(a, s)
     })");
+  compareOp("Gather", header() + R"(g (T[5,4,3] a, int64[2,3] i) => (T[5,2,3,3] y) {
+      y = Gather <axis = 1> (a, i)
+    })", {{"i", intsIn(-4, 3)}});
   compareOp("Slice", header() + R"(g (T[6,8] a) => (T[2,3] y)
       <int64[2] st = {1, 7}, int64[2] en = {5, 1}, int64[2] ax = {0, 1}, int64[2] sp = {2, -2}> {
       y = Slice(a, st, en, ax, sp)

@@ -164,8 +164,9 @@ TEST(CudaShared, RoundingToStorageTypes) {
     EXPECT_TRUE(sameValue(fused::fusedRound<float>(fused::BF16, v), rt::math::roundToBFloat16(v)));
     EXPECT_TRUE(sameValue(fused::fusedRound<double>(fused::F32, double(v) + 1e-12),
                           double(float(double(v) + 1e-12))));
-    if (!std::isnan(v))
+    if (!std::isnan(v)) {
       EXPECT_EQ(fused::fusedRound<float>(fused::BOOL, v), v != 0 ? 1.0f : 0.0f);
+    }
     EXPECT_TRUE(sameValue(fused::fusedRound<float>(fused::I64, v), v));
   }
 }
@@ -777,8 +778,9 @@ void compareTraining(const BackendFactory &make, const char *what) {
       }
     }
     auto found = cpu.values.find("output found_inf");
-    if (found != cpu.values.end())
+    if (found != cpu.values.end()) {
       EXPECT_EQ(found->second.at(0), 0.0) << "the last step overflowed: nothing was updated";
+    }
     std::printf("  %s %-11s %-4s %-5s%s: %zu tensors, largest error %.2e (%s), %d noise "
                 "gradient elements masked\n",
                 what, c.fixture, c.precision, c.optimizer, c.accumulate > 1 ? " acc" : "    ",

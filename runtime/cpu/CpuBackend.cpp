@@ -9,6 +9,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -127,6 +129,11 @@ public:
     std::call_once(once, registerAllCpuKernels);
   }
 
+  ~CpuBackend() override {
+    if (profile_)
+      printProfile();
+  }
+
   std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
 
   bool load(const plan::Plan &p, std::string &error) override {
@@ -145,8 +152,17 @@ public:
       return false;
     }
     Program &prog = programs_[index];
-    for (auto &k : prog.kernels)
-      k->run();
+    if (!profile_) {
+      for (auto &k : prog.kernels)
+        k->run();
+    } else {
+      for (size_t s = 0; s < prog.kernels.size(); ++s) {
+        auto t0 = std::chrono::steady_clock::now();
+        prog.kernels[s]->run();
+        prog.seconds[s] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      ++prog.runs;
+    }
     for (const auto &[dst, src] : prog.copies)
       std::memcpy(ptr_[dst], ptr_[src], rt::planTensorBytes(plan_.tensors(dst)));
     return true;
@@ -170,7 +186,37 @@ private:
   struct Program {
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::vector<std::pair<int, int>> copies; // (state, updated)
+    // AMPC_CPU_PROFILE=1: seconds per step, summed over runs.
+    std::vector<double> seconds;
+    int64_t runs = 0;
+    const plan::Program *source = nullptr;
   };
+
+  /// With AMPC_CPU_PROFILE set, the steps that took most time, per program.
+  void printProfile() const {
+    for (const Program &prog : programs_) {
+      if (!prog.runs)
+        continue;
+      std::vector<size_t> order(prog.seconds.size());
+      for (size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](size_t a, size_t b) { return prog.seconds[a] > prog.seconds[b]; });
+      double total = 0;
+      for (double t : prog.seconds)
+        total += t;
+      std::fprintf(stderr, "profile of program '%s': %.3f ms per run over %lld runs\n",
+                   prog.source->name().c_str(), 1e3 * total / prog.runs,
+                   static_cast<long long>(prog.runs));
+      for (size_t k = 0; k < order.size() && k < 25; ++k) {
+        const plan::Step &step = prog.source->steps(order[k]);
+        std::fprintf(stderr, "  %6.3f ms %5.1f%%  step %zu %s '%s'\n",
+                     1e3 * prog.seconds[order[k]] / prog.runs,
+                     100 * prog.seconds[order[k]] / total, order[k], step.op().c_str(),
+                     step.name().c_str());
+      }
+    }
+  }
 
   bool checkTransfer(int tensor, size_t bytes, std::string &error) {
     if (tensor < 0 || tensor >= plan_.tensors_size() || !ptr_[tensor]) {
@@ -278,11 +324,14 @@ private:
     for (const plan::StateUpdate &u : prog.updates())
       if (ptr_[u.state()] != ptr_[u.updated()])
         out.copies.push_back({u.state(), u.updated()});
+    out.seconds.assign(out.kernels.size(), 0.0);
+    out.source = &prog;
     programs_.push_back(std::move(out));
     return true;
   }
 
   int threads_ = 1;
+  bool profile_ = std::getenv("AMPC_CPU_PROFILE") != nullptr;
   std::unique_ptr<ThreadPool> pool_;
   plan::Plan plan_;
   AlignedBuffer arena_, state_, constants_;

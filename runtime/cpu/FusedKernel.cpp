@@ -1,226 +1,32 @@
 //===- FusedKernel.cpp - Fused elementwise steps on the CPU ----------------===//
 //
-// Executes a FusedProgram over blocks of elements: each block loads every
-// input once (converting fp16/bf16 storage to fp32 and broadcasting), runs the
-// instructions over the block as tight loops, rounds each result to its
-// element type, and stores only the step's outputs. Blocks are split across
-// threads by ThreadPool, so results do not depend on scheduling.
+// Parses an "ampc.Fused" step once and creates the kernel of the best ISA the
+// CPU has (FusedKernelImpl.inc, compiled for baseline x86-64 and AVX-512).
+// AMPC_CPU_ISA=baseline forces the portable variant (tests compare both).
 //
 //===----------------------------------------------------------------------===//
 
-#include "Kernel.h"
+#include "FusedKernel.h"
 
-#include "ampc/rt/FusedEval.h"
-#include "ampc/rt/FusedOps.h"
-
-#include <limits>
+#include <cstdlib>
+#include <cstring>
 
 namespace ampc::rt::cpu {
 
 namespace {
 
-constexpr int64_t kBlock = 256;
-
-/// How an input maps output element indices to its own.
-struct InputMap {
-  enum Kind { Contiguous, Scalar, Strided } kind = Contiguous;
-  std::vector<int64_t> strides; ///< per output dimension (0 where broadcast)
-};
-
-struct Instr {
-  FusedOp op;
-  int a = 0, b = 0, c = 0;
-  plan::ElemType type;
-  fused::FusedParams params;
-};
-
-template <typename R> void loadBlock(const TensorArg &t, const InputMap &m,
-                                     const std::vector<int64_t> &outShape, int64_t begin,
-                                     int64_t n, R *dst) {
-  if (m.kind == InputMap::Scalar) {
-    R v = static_cast<R>(t.type == plan::F64 ? static_cast<const double *>(t.data)[0]
-                                             : loadFloat(t, 0));
-    for (int64_t j = 0; j < n; ++j)
-      dst[j] = v;
-    return;
-  }
-  if (m.kind == InputMap::Contiguous) {
-    switch (t.type) {
-    case plan::F32: {
-      const float *p = static_cast<const float *>(t.data) + begin;
-      for (int64_t j = 0; j < n; ++j)
-        dst[j] = static_cast<R>(p[j]);
-      return;
-    }
-    case plan::F16: {
-      const uint16_t *p = static_cast<const uint16_t *>(t.data) + begin;
-      for (int64_t j = 0; j < n; ++j)
-        dst[j] = static_cast<R>(math::halfToFloat(p[j]));
-      return;
-    }
-    case plan::BF16: {
-      const uint16_t *p = static_cast<const uint16_t *>(t.data) + begin;
-      for (int64_t j = 0; j < n; ++j)
-        dst[j] = static_cast<R>(math::bfloat16ToFloat(p[j]));
-      return;
-    }
-    case plan::F64: {
-      const double *p = static_cast<const double *>(t.data) + begin;
-      for (int64_t j = 0; j < n; ++j)
-        dst[j] = static_cast<R>(p[j]);
-      return;
-    }
-    default:
-      for (int64_t j = 0; j < n; ++j)
-        dst[j] = static_cast<R>(loadFloat(t, begin + j));
-      return;
-    }
-  }
-  // Broadcast: walk the output multi-index like an odometer.
-  size_t rank = outShape.size();
-  std::vector<int64_t> idx(rank);
-  int64_t rem = begin, src = 0;
-  for (size_t d = rank; d-- > 0;) {
-    idx[d] = rem % outShape[d];
-    rem /= outShape[d];
-    src += idx[d] * m.strides[d];
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    dst[j] = static_cast<R>(t.type == plan::F64 ? static_cast<const double *>(t.data)[src]
-                                                : loadFloat(t, src));
-    for (size_t d = rank; d-- > 0;) {
-      src += m.strides[d];
-      if (++idx[d] < outShape[d])
-        break;
-      src -= m.strides[d] * outShape[d];
-      idx[d] = 0;
-    }
-  }
+bool useAvx512() {
+  static const bool yes = [] {
+    const char *isa = std::getenv("AMPC_CPU_ISA");
+    if (isa && std::strcmp(isa, "baseline") == 0)
+      return false;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+           __builtin_cpu_supports("fma");
+  }();
+  return yes;
 }
-
-template <typename R> void storeBlock(const TensorArg &t, int64_t begin, int64_t n, const R *src) {
-  switch (t.type) {
-  case plan::F32: {
-    float *p = static_cast<float *>(t.data) + begin;
-    for (int64_t j = 0; j < n; ++j)
-      p[j] = static_cast<float>(src[j]);
-    return;
-  }
-  case plan::F16: {
-    uint16_t *p = static_cast<uint16_t *>(t.data) + begin;
-    for (int64_t j = 0; j < n; ++j)
-      p[j] = math::floatToHalf(static_cast<float>(src[j]));
-    return;
-  }
-  case plan::BF16: {
-    uint16_t *p = static_cast<uint16_t *>(t.data) + begin;
-    for (int64_t j = 0; j < n; ++j)
-      p[j] = math::floatToBFloat16(static_cast<float>(src[j]));
-    return;
-  }
-  case plan::F64: {
-    double *p = static_cast<double *>(t.data) + begin;
-    for (int64_t j = 0; j < n; ++j)
-      p[j] = static_cast<double>(src[j]);
-    return;
-  }
-  default:
-    for (int64_t j = 0; j < n; ++j)
-      storeFloat(t, begin + j, static_cast<float>(src[j]));
-  }
-}
-
-/// Rounds a block to what storage of `type` holds (values stay in registers).
-template <typename R> void roundBlock(plan::ElemType type, R *r, int64_t n) {
-  switch (type) {
-  case plan::F16:
-    for (int64_t j = 0; j < n; ++j)
-      r[j] = static_cast<R>(math::roundToHalf(static_cast<float>(r[j])));
-    return;
-  case plan::BF16:
-    for (int64_t j = 0; j < n; ++j)
-      r[j] = static_cast<R>(math::roundToBFloat16(static_cast<float>(r[j])));
-    return;
-  case plan::F32:
-    if constexpr (sizeof(R) == 8)
-      for (int64_t j = 0; j < n; ++j)
-        r[j] = static_cast<R>(static_cast<float>(r[j]));
-    return;
-  case plan::BOOL:
-    for (int64_t j = 0; j < n; ++j)
-      r[j] = r[j] != R(0) ? R(1) : R(0);
-    return;
-  default:
-    return;
-  }
-}
-
-/// One instruction over a block: the per-element definitions are
-/// fused::fusedScalar (FusedEval.h), which the CUDA fused kernel runs too.
-template <typename R>
-void execute(const Instr &in, R *out, const R *a, const R *b, const R *c, int64_t n) {
-  const fused::FusedParams p = in.params; // a copy: cannot alias out
-  switch (in.op) {
-#define AMPC_CPU_FUSED_CASE(NAME)                                                                  \
-  case FusedOp::NAME:                                                                              \
-    for (int64_t j = 0; j < n; ++j)                                                                \
-      out[j] = fused::fusedScalar<FusedOp::NAME, R>(p, a[j], b[j], c[j]);                          \
-    return;
-    AMPC_FUSED_OPS(AMPC_CPU_FUSED_CASE)
-#undef AMPC_CPU_FUSED_CASE
-  case FusedOp::Count:
-    return;
-  }
-}
-
-template <typename R> class FusedKernel : public Kernel {
-public:
-  FusedKernel(std::vector<TensorArg> inputs, std::vector<TensorArg> outputs,
-              std::vector<InputMap> maps, std::vector<Instr> instrs, std::vector<int> results,
-              ThreadPool &pool)
-      : inputs_(std::move(inputs)), outputs_(std::move(outputs)), maps_(std::move(maps)),
-        instrs_(std::move(instrs)), results_(std::move(results)), pool_(pool) {
-    shape_ = outputs_.front().shape;
-    numel_ = outputs_.front().numel;
-    numRegs_ = inputs_.size() + instrs_.size();
-    scratch_.resize(pool_.size());
-  }
-
-  void run() override {
-    pool_.parallelFor(numel_, 4 * kBlock, [&](int64_t begin, int64_t end, int range) {
-      std::vector<R> &regs = scratch_[range];
-      regs.resize(numRegs_ * kBlock);
-      for (int64_t start = begin; start < end; start += kBlock)
-        block(start, std::min(kBlock, end - start), regs.data());
-    });
-  }
-
-private:
-  void block(int64_t start, int64_t n, R *regs) {
-    auto reg = [&](int r) { return regs + static_cast<int64_t>(r) * kBlock; };
-    for (size_t i = 0; i < inputs_.size(); ++i)
-      loadBlock<R>(inputs_[i], maps_[i], shape_, start, n, reg(static_cast<int>(i)));
-    int next = static_cast<int>(inputs_.size());
-    for (const Instr &in : instrs_) {
-      R *out = reg(next++);
-      execute<R>(in, out, reg(in.a), reg(in.b), reg(in.c), n);
-      roundBlock<R>(in.type, out, n);
-    }
-    for (size_t o = 0; o < outputs_.size(); ++o)
-      if (outputs_[o].data)
-        storeBlock<R>(outputs_[o], start, n, reg(results_[o]));
-  }
-
-  std::vector<TensorArg> inputs_, outputs_;
-  std::vector<InputMap> maps_;
-  std::vector<Instr> instrs_;
-  std::vector<int> results_;
-  ThreadPool &pool_;
-  std::vector<int64_t> shape_;
-  int64_t numel_ = 0;
-  size_t numRegs_ = 0;
-  std::vector<std::vector<R>> scratch_;
-};
 
 /// Broadcast map of an input of shape `in` to the output shape.
 bool mapInput(const std::vector<int64_t> &in, const std::vector<int64_t> &out, InputMap &m) {
@@ -321,11 +127,13 @@ std::unique_ptr<Kernel> createFused(const StepContext &ctx, std::string &error) 
       error = "fused result names an undefined register";
       return nullptr;
     }
-  if (wide)
-    return std::make_unique<FusedKernel<double>>(ctx.inputs, ctx.outputs, maps, instrs, results,
-                                                 ctx.pool);
-  return std::make_unique<FusedKernel<float>>(ctx.inputs, ctx.outputs, maps, instrs, results,
-                                              ctx.pool);
+  if (static_cast<size_t>(regs) > 512) {
+    error = "fused program with " + std::to_string(regs) + " registers (at most 512)";
+    return nullptr;
+  }
+  FusedSpec spec{ctx.inputs, ctx.outputs, maps, instrs, results, wide};
+  return useAvx512() ? makeFusedKernelAvx512(spec, ctx.pool)
+                     : makeFusedKernelBaseline(spec, ctx.pool);
 }
 
 } // namespace

@@ -1,0 +1,47 @@
+//===- FusedKernel.h - Fused elementwise steps: shared declarations -*- C++ -*-===//
+//
+// The fused kernel is compiled twice from FusedKernelImpl.inc: for the
+// baseline x86-64 ISA and for AVX-512 (with FMA contraction off, so both give
+// the same bits); FusedKernel.cpp parses the step once and picks the variant
+// the CPU supports.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "Kernel.h"
+
+#include "ampc/rt/FusedEval.h"
+#include "ampc/rt/FusedOps.h"
+
+#include <memory>
+#include <vector>
+
+namespace ampc::rt::cpu {
+
+/// How an input maps output element indices to its own.
+struct InputMap {
+  enum Kind { Contiguous, Scalar, Strided } kind = Contiguous;
+  std::vector<int64_t> strides; ///< per output dimension (0 where broadcast)
+};
+
+struct Instr {
+  FusedOp op;
+  int a = 0, b = 0, c = 0;
+  plan::ElemType type;
+  fused::FusedParams params;
+};
+
+
+/// A parsed fused step, ready for either variant.
+struct FusedSpec {
+  std::vector<TensorArg> inputs, outputs;
+  std::vector<InputMap> maps;
+  std::vector<Instr> instrs;
+  std::vector<int> results;
+  bool wide = false; ///< some value is fp64: registers are double
+};
+
+std::unique_ptr<Kernel> makeFusedKernelBaseline(const FusedSpec &spec, ThreadPool &pool);
+std::unique_ptr<Kernel> makeFusedKernelAvx512(const FusedSpec &spec, ThreadPool &pool);
+
+} // namespace ampc::rt::cpu

@@ -1,0 +1,8 @@
+//===- FusedKernelBaseline.cpp - The fused kernel for any x86-64 -----------===//
+
+#include "FusedKernel.h"
+
+#include <limits>
+
+#define AMPC_FUSED_FACTORY makeFusedKernelBaseline
+#include "FusedKernelImpl.inc"

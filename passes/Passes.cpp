@@ -20,6 +20,7 @@ void registerAllPasses() {
     registerAccumulatePass();
     registerLossScalePass();
     registerOptimizerPass();
+    registerRematerializePass();
   });
 }
 

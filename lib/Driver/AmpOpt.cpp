@@ -70,7 +70,8 @@ cl::opt<std::string> precision(
 cl::opt<bool> train(
     "train",
     cl::desc("Build the whole training step: canonicalize, autocast (with --precision=fp16|bf16), "
-             "autodiff, accumulate (with --accumulate=N), loss-scale, optimizer, canonicalize. "
+             "autodiff, accumulate (with --accumulate=N), loss-scale, optimizer, canonicalize, "
+             "remat. "
              "--loss-scale=..., --optimizer=... and --accumulate=... then set those stages"),
     cl::cat(kGeneral));
 
@@ -211,7 +212,9 @@ llvm::Error buildTrainPipeline(PassManager &pm,
     return err;
   if (auto err = add("optimizer", stageOptions["optimizer"]))
     return err;
-  return add("canonicalize", "");
+  if (auto err = add("canonicalize", ""))
+    return err;
+  return add("remat", "");
 }
 
 llvm::Error buildPipeline(PassManager &pm,

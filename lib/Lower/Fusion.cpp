@@ -55,10 +55,53 @@ bool isFusableElementwise(const Node &n) {
 /// several producers). Group `j` absorbs an earlier group `i` when no node
 /// outside both needs one of i's values before j's last node — the merged
 /// group runs there — which also rules out a cycle through outside nodes.
+/// Fusing runs a group at its last node. Moving a group later keeps its
+/// inputs alive longer; that is not worth it for a large intermediate held
+/// across another kernel (a GEMM, a reduction): a low-precision weight
+/// gradient whose cast to fp32 would otherwise wait for the optimizer keeps
+/// every such gradient alive at once.
+class LifetimeGuard {
+public:
+  static constexpr uint64_t kLargeBytes = 64 * 1024;
+
+  LifetimeGuard(const std::vector<const Node *> &order,
+                std::unordered_map<const Node *, size_t> &position)
+      : position_(position), heavyBefore_(order.size() + 1, 0) {
+    for (size_t p = 0; p < order.size(); ++p)
+      heavyBefore_[p + 1] = heavyBefore_[p] + !isFusableElementwise(*order[p]);
+  }
+
+  /// Would running `nodes` (a group) at `to` instead of `from` keep one of its
+  /// large intermediate inputs alive past its other uses and across another
+  /// kernel? `member` tells the group's own nodes.
+  template <typename Member>
+  bool extends(const std::vector<const Node *> &nodes, size_t from, size_t to,
+               Member member) const {
+    if (to <= from || heavyBefore_[to] == heavyBefore_[from + 1])
+      return false;
+    for (const Node *m : nodes)
+      for (const Value *v : m->inputs()) {
+        if (!v || !v->producer() || static_cast<uint64_t>(v->type().byteSize()) <= kLargeBytes)
+          continue;
+        size_t lastOther = 0;
+        for (const Use &u : v->uses())
+          if (!member(u.user) && position_.count(u.user))
+            lastOther = std::max(lastOther, position_.at(u.user));
+        if (lastOther < to)
+          return true;
+      }
+    return false;
+  }
+
+private:
+  std::unordered_map<const Node *, size_t> &position_;
+  std::vector<size_t> heavyBefore_;
+};
+
 void mergeSiblings(std::vector<FusionGroup> &groups,
                    std::unordered_map<const Node *, size_t> &groupOf,
-                   std::unordered_map<const Node *, size_t> &position, size_t maxNodes,
-                   size_t maxInputs) {
+                   std::unordered_map<const Node *, size_t> &position,
+                   const LifetimeGuard &lifetimes, size_t maxNodes, size_t maxInputs) {
   auto last = [&](const FusionGroup &g) { return position[g.nodes.back()]; };
   auto outsideInputs = [&](const FusionGroup &a, const FusionGroup &b) {
     std::set<const Value *> inside, inputs;
@@ -94,6 +137,11 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
         a.nodes.size() + b.nodes.size() > maxNodes)
       return false;
     size_t at = last(b);
+    if (lifetimes.extends(a.nodes, last(a), at, [&](const Node *n) {
+          auto g = groupOf.find(n);
+          return g != groupOf.end() && g->second == i;
+        }))
+      return false;
     for (const Node *m : a.nodes)
       for (const Use &u : m->output()->uses()) {
         auto it = groupOf.find(u.user);
@@ -149,6 +197,7 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
 
   std::vector<FusionGroup> groups;
   std::unordered_map<const Node *, size_t> groupOf;
+  LifetimeGuard lifetimes(order, position);
 
   // Distinct outside values a group reads if `extra` joined it.
   auto inputCount = [&](const FusionGroup &grp, const Node *extra) {
@@ -183,6 +232,11 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
         if (!inGroup && u.user != n && userPos != position.end() && userPos->second < pos)
           return false;
       }
+    if (lifetimes.extends(grp.nodes, position[grp.nodes.back()], pos, [&](const Node *m) {
+          auto g = groupOf.find(m);
+          return m == n || (g != groupOf.end() && g->second == gi);
+        }))
+      return false;
     return inputCount(grp, n) <= maxInputs;
   };
 
@@ -208,7 +262,7 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
     groupOf[n] = *target;
   }
   if (fuse)
-    mergeSiblings(groups, groupOf, position, maxNodes, maxInputs);
+    mergeSiblings(groups, groupOf, position, lifetimes, maxNodes, maxInputs);
   std::vector<FusionGroup> live;
   for (FusionGroup &g : groups)
     if (!g.nodes.empty())

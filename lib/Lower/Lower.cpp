@@ -85,6 +85,7 @@ public:
       emitSteps(prog, spec.nodes);
       bindInputsAndOutputs(prog, spec);
       makeUpdatesInPlace(prog, spec);
+      computeOutputsInPlace(prog);
       prog.set_launches(prog.steps_size());
     }
     for (const plan::Program &prog : p_.programs())
@@ -482,6 +483,47 @@ private:
     }
   }
 
+  /// A fused step that produces a program output from a temporary of the
+  /// same size read for the last time there computes in place: the temporary
+  /// lives in the output's own bytes from the start (gradients checked for
+  /// overflow and then unscaled, for instance, need no second buffer).
+  void computeOutputsInPlace(plan::Program &prog) {
+    std::unordered_set<int> outputs;
+    for (const plan::Binding &b : prog.outputs())
+      outputs.insert(b.tensor());
+    std::unordered_set<int> inputs;
+    for (const plan::Binding &b : prog.inputs())
+      inputs.insert(rootOf(b.tensor()));
+    auto last = lastReads(prog);
+    std::unordered_map<int, std::vector<int>> viewsOf;
+    for (int i = 0; i < p_.tensors_size(); ++i)
+      if (p_.tensors(i).has_view_of())
+        viewsOf[p_.tensors(i).view_of()].push_back(i);
+    std::unordered_set<int> written;
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &step = prog.steps(s);
+      if (step.op() == "ampc.Fused")
+        for (int out : step.outputs()) {
+          const plan::Tensor &o = p_.tensors(out);
+          if (!outputs.count(out) || o.has_view_of() || o.storage() != plan::ARENA)
+            continue;
+          for (int in : step.inputs()) {
+            const plan::Tensor &t = p_.tensors(in);
+            if (t.has_view_of() || t.storage() != plan::ARENA || outputs.count(in) ||
+                inputs.count(in) || !written.count(in) || last[in] != s ||
+                rt::planTensorBytes(t) != rt::planTensorBytes(o) || !viewsOf[in].empty())
+              continue;
+            makeView(in, out);
+            viewsOf[out].push_back(in);
+            break;
+          }
+        }
+      for (int id : step.outputs())
+        if (id >= 0)
+          written.insert(rootOf(id));
+    }
+  }
+
   /// Every tensor a step reads is state, a constant, a program input, or
   /// written by an earlier step of the program: a lowering invariant, checked
   /// because a violation would read garbage at run time.
@@ -574,6 +616,8 @@ private:
       ids.push_back(i);
     }
     MemoryPlan mp = planMemory(reqs);
+    describePeak(prog, reqs, ids);
+    countSavedActivations(prog, start, end);
     for (size_t k = 0; k < ids.size(); ++k)
       p_.mutable_tensors(ids[k])->set_offset(mp.offsets[k]);
     // Programs run one after the other: they share the arena.
@@ -581,6 +625,55 @@ private:
     m.set_arena_bytes(std::max(m.arena_bytes(), mp.arenaBytes));
     m.set_lower_bound_bytes(std::max(m.lower_bound_bytes(), mp.lowerBoundBytes));
     m.set_unplanned_bytes(m.unplanned_bytes() + mp.unplannedBytes);
+  }
+
+  /// Bytes of arena values written before the step that computes the loss
+  /// and read after it: the activations kept for the backward pass.
+  void countSavedActivations(const plan::Program &prog, const std::vector<int> &start,
+                             const std::vector<int> &end) {
+    auto loss = p_.info().find("output.loss");
+    if (loss == p_.info().end())
+      return;
+    int lossStep = -1;
+    for (int s = 0; s < prog.steps_size() && lossStep < 0; ++s)
+      for (int id : prog.steps(s).outputs())
+        if (id >= 0 && p_.tensors(id).name() == loss->second)
+          lossStep = s;
+    if (lossStep < 0)
+      return;
+    uint64_t saved = 0;
+    for (int i = 0; i < p_.tensors_size(); ++i) {
+      const plan::Tensor &t = p_.tensors(i);
+      if (t.storage() != plan::ARENA || t.has_view_of() || start[i] < 0)
+        continue;
+      if (start[i] < lossStep && end[i] > lossStep)
+        saved += rt::planTensorBytes(t);
+    }
+    plan::MemoryStats &m = *p_.mutable_memory();
+    m.set_saved_activation_bytes(std::max(m.saved_activation_bytes(), saved));
+  }
+
+  /// info["peak.<program>"]: the step where the most arena bytes are live and
+  /// the largest buffers live there, to see what dominates memory.
+  void describePeak(const plan::Program &prog, const std::vector<BufferRequest> &reqs,
+                    const std::vector<int> &ids) {
+    int steps = prog.steps_size();
+    std::vector<uint64_t> live(steps + 1, 0);
+    for (const BufferRequest &r : reqs)
+      for (int t = r.start; t <= r.end && t <= steps; ++t)
+        live[t] += r.size;
+    int peak = static_cast<int>(std::max_element(live.begin(), live.end()) - live.begin());
+    std::vector<std::pair<uint64_t, int>> at;
+    for (size_t k = 0; k < reqs.size(); ++k)
+      if (reqs[k].start <= peak && peak <= reqs[k].end)
+        at.push_back({reqs[k].size, ids[k]});
+    std::sort(at.rbegin(), at.rend());
+    std::string text = "step " + std::to_string(peak) + ", " + std::to_string(live[peak]) +
+                       " bytes live:";
+    for (size_t k = 0; k < at.size() && k < 6; ++k)
+      text += " '" + p_.tensors(at[k].second).name() + "' " + std::to_string(at[k].first) + ",";
+    text.pop_back();
+    (*p_.mutable_info())["memory.peak." + prog.name()] = text;
   }
 
   void finishMemoryStats() {

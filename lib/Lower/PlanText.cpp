@@ -130,8 +130,10 @@ void printPlanText(const plan::Plan &p, llvm::raw_ostream &os) {
   }
   const plan::MemoryStats &m = p.memory();
   os << "state: " << m.state_bytes() << " bytes, constants: " << m.constant_bytes() << " bytes\n";
-  os << "activations: " << m.arena_bytes() - m.io_bytes() << " bytes (arena without the "
+  os << "temporaries: " << m.arena_bytes() - m.io_bytes() << " bytes (arena without the "
      << m.io_bytes() << " bytes of program inputs and outputs)\n";
+  os << "activations: " << m.saved_activation_bytes()
+     << " bytes (kept from the forward pass for the backward pass)\n";
   os << "arena: " << m.arena_bytes() << " bytes, lower bound " << m.lower_bound_bytes()
      << " bytes (peak live), unplanned " << m.unplanned_bytes() << " bytes (sum of all buffers)\n";
 }

@@ -27,6 +27,7 @@ namespace ampc {
 void registerAccumulatePass();
 void registerLossScalePass();
 void registerOptimizerPass();
+void registerRematerializePass();
 
 /// A trained parameter and its gradient output.
 struct GradientOutput {

@@ -69,7 +69,7 @@ public:
       // Uses after the loss that would keep this copy alive.
       std::vector<Use> late;
       for (const Use &u : v->uses())
-        if (position.count(u.user) && position[u.user] > lossAt && !isCheapOp(*u.user))
+        if (position.count(u.user) && position[u.user] > lossAt)
           late.push_back(u);
       if (late.empty())
         continue;

@@ -71,7 +71,8 @@ def torch_step(name, precision, threads, steps):
 def memory(text):
     m = re.search(r"arena: (\d+) bytes, lower bound (\d+) bytes \(peak live\), unplanned (\d+) bytes", text)
     a = re.search(r"activations: (\d+) bytes", text)
-    return int(m.group(1)), int(m.group(2)), int(m.group(3)), int(a.group(1)) if a else None
+    t = re.search(r"temporaries: (\d+) bytes", text)
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), int(a.group(1)), int(t.group(1))
 
 
 def main():
@@ -105,13 +106,13 @@ def main():
     print("\nwide_mlp: the bf16 plan is %.2fx faster than the fp32 plan\n" % wide)
 
     print("## Memory plans (AdamW training step)\n")
-    print("| model | precision | arena bytes | lower bound | arena / lower bound | unplanned (sum of buffers) | activations |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | precision | arena bytes | lower bound (peak live) | arena / lower bound | unplanned (sum of buffers) | temporaries | activations kept for backward |")
+    print("|---|---|---|---|---|---|---|---|")
     acts = {}
-    for name, precision, arena, lower, unplanned, act in mem_rows:
+    for name, precision, arena, lower, unplanned, act, temps in mem_rows:
         acts[(name, precision)] = act
-        print("| %s | %s | %d | %d | %.3f | %d | %s |" % (name, precision, arena, lower, arena / lower,
-                                                       unplanned, act))
+        print("| %s | %s | %d | %d | %.3f | %d | %d | %d |" % (name, precision, arena, lower, arena / lower,
+                                                            unplanned, temps, act))
     print()
     for name in ["mlp", "cnn", "transformer", "wide_mlp"]:
         if acts.get((name, "fp32")) and acts.get((name, "fp16")):

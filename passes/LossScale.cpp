@@ -28,13 +28,6 @@ namespace ampc {
 
 namespace {
 
-/// Shortest readable form of an option value: 0.9, 1e-08, 65536.
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 struct LossScaleConfig {
   std::string mode; ///< auto, dynamic, none, or a number (static)
   double init, growth, backoff;
@@ -139,10 +132,10 @@ public:
     b.named(scaleOut, kLossScaleOutput);
     g.addOutput(scaleOut);
 
-    std::string desc = dynamic ? "dynamic(init=" + num(c_.init) + ", growth=" + num(c_.growth) +
-                                     ", backoff=" + num(c_.backoff) +
+    std::string desc = dynamic ? "dynamic(init=" + formatOptionValue(c_.init) + ", growth=" + formatOptionValue(c_.growth) +
+                                     ", backoff=" + formatOptionValue(c_.backoff) +
                                      ", interval=" + std::to_string(c_.interval) +
-                                     (c_.min ? ", min=" + num(*c_.min) : "") + ")"
+                                     (c_.min ? ", min=" + formatOptionValue(*c_.min) : "") + ")"
                                : "static(" + mode + ")";
     g.metadata[std::string(kInfoPrefix) + "loss_scale"] = desc;
     g.metadata[std::string(kInfoPrefix) + "output.found_inf"] = kFoundInfName;

@@ -29,13 +29,6 @@ namespace ampc {
 
 namespace {
 
-/// Shortest readable form of an option value: 0.9, 1e-08, 65536.
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", v);
-  return buf;
-}
-
 struct OptimizerConfig {
   std::string kind; ///< sgd or adamw
   double lr, momentum, dampening, weightDecay, beta1, beta2, eps;
@@ -112,14 +105,14 @@ private:
   std::string describe() const {
     std::string s;
     if (c_.kind == "sgd")
-      s = "sgd(lr=" + num(c_.lr) + ", momentum=" + num(c_.momentum) + ", dampening=" +
-          num(c_.dampening) + ", nesterov=" + (c_.nesterov ? "true" : "false") +
-          ", weight_decay=" + num(c_.weightDecay) + ")";
+      s = "sgd(lr=" + formatOptionValue(c_.lr) + ", momentum=" + formatOptionValue(c_.momentum) + ", dampening=" +
+          formatOptionValue(c_.dampening) + ", nesterov=" + (c_.nesterov ? "true" : "false") +
+          ", weight_decay=" + formatOptionValue(c_.weightDecay) + ")";
     else
-      s = "adamw(lr=" + num(c_.lr) + ", betas=(" + num(c_.beta1) + ", " + num(c_.beta2) +
-          "), eps=" + num(c_.eps) + ", weight_decay=" + num(c_.weightDecay) + ")";
+      s = "adamw(lr=" + formatOptionValue(c_.lr) + ", betas=(" + formatOptionValue(c_.beta1) + ", " + formatOptionValue(c_.beta2) +
+          "), eps=" + formatOptionValue(c_.eps) + ", weight_decay=" + formatOptionValue(c_.weightDecay) + ")";
     if (c_.clipNorm)
-      s += ", clip_grad_norm=" + num(*c_.clipNorm);
+      s += ", clip_grad_norm=" + formatOptionValue(*c_.clipNorm);
     return s;
   }
 

@@ -2,6 +2,8 @@
 
 #include "ampc/Passes/Training.h"
 
+#include <cstdio>
+
 namespace ampc {
 
 std::vector<GradientOutput> findGradients(const Graph &g) {
@@ -26,6 +28,12 @@ Value *findSeed(const Graph &g) {
       return seed;
   }
   return nullptr;
+}
+
+std::string formatOptionValue(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
 Value *addState(Graph &g, const std::string &name, Tensor init) {

@@ -10,33 +10,8 @@ namespace ampc {
 
 namespace {
 
-const char *typeName(plan::ElemType t) {
-  switch (t) {
-  case plan::F32:
-    return "float";
-  case plan::F16:
-    return "float16";
-  case plan::BF16:
-    return "bfloat16";
-  case plan::F64:
-    return "double";
-  case plan::I64:
-    return "int64";
-  case plan::I32:
-    return "int32";
-  case plan::I8:
-    return "int8";
-  case plan::U8:
-    return "uint8";
-  case plan::BOOL:
-    return "bool";
-  default:
-    return "?";
-  }
-}
-
 std::string typeStr(const plan::Tensor &t) {
-  std::string s = typeName(t.type());
+  std::string s = rt::planElemTypeName(t.type());
   s += "[";
   for (int i = 0; i < t.shape_size(); ++i)
     s += (i ? "," : "") + std::to_string(t.shape(i));

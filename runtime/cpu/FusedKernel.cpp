@@ -8,6 +8,8 @@
 
 #include "FusedKernel.h"
 
+#include "ampc/rt/FusedDecode.h"
+
 #include <cstdlib>
 #include <cstring>
 
@@ -81,43 +83,17 @@ std::unique_ptr<Kernel> createFused(const StepContext &ctx, std::string &error) 
   std::vector<Instr> instrs;
   int regs = fp.num_inputs();
   for (const plan::Instruction &pi : fp.instructions()) {
-    Instr in;
-    in.op = fusedOpByName(pi.op());
-    if (in.op == FusedOp::Count) {
-      error = "unknown fused instruction '" + pi.op() + "'";
+    DecodedInstruction d;
+    if (!decodeFusedInstruction(pi, regs, d, error))
       return nullptr;
-    }
-    int args[3] = {0, 0, 0};
-    for (int k = 0; k < pi.args_size() && k < 3; ++k) {
-      if (pi.args(k) < 0 || pi.args(k) >= regs) {
-        error = "fused instruction reads an undefined register";
-        return nullptr;
-      }
-      args[k] = pi.args(k);
-    }
-    in.a = args[0];
-    in.b = args[1];
-    in.c = args[2];
+    Instr in;
+    in.op = d.op;
+    in.a = d.args[0];
+    in.b = d.args[1];
+    in.c = d.args[2];
     in.type = pi.type();
+    in.params = d.params;
     wide = wide || in.type == plan::F64;
-    // ONNX defaults, overridden by the instruction's attributes.
-    in.params = fused::fusedDefaults(in.op);
-    for (const plan::Attribute &a : pi.attrs()) {
-      if (a.name() == "alpha")
-        in.params.alpha = static_cast<float>(a.f());
-      else if (a.name() == "beta")
-        in.params.beta = static_cast<float>(a.f());
-      else if (a.name() == "gamma")
-        in.params.gamma = static_cast<float>(a.f());
-      else if (a.name() == "has_min")
-        in.params.hasMin = a.i() != 0;
-      else if (a.name() == "has_max")
-        in.params.hasMax = a.i() != 0;
-      else if (a.name() == "detect_positive")
-        in.params.detectPos = a.i() != 0;
-      else if (a.name() == "detect_negative")
-        in.params.detectNeg = a.i() != 0;
-    }
     instrs.push_back(in);
     ++regs;
   }

@@ -15,50 +15,6 @@
 
 namespace ampc::rt::cpu {
 
-size_t elemBytes(plan::ElemType t) {
-  switch (t) {
-  case plan::F32:
-  case plan::I32:
-    return 4;
-  case plan::F16:
-  case plan::BF16:
-    return 2;
-  case plan::F64:
-  case plan::I64:
-    return 8;
-  case plan::I8:
-  case plan::U8:
-  case plan::BOOL:
-    return 1;
-  default:
-    return 4;
-  }
-}
-
-const char *elemTypeName(plan::ElemType t) {
-  switch (t) {
-  case plan::F32:
-    return "float";
-  case plan::F16:
-    return "float16";
-  case plan::BF16:
-    return "bfloat16";
-  case plan::F64:
-    return "double";
-  case plan::I64:
-    return "int64";
-  case plan::I32:
-    return "int32";
-  case plan::I8:
-    return "int8";
-  case plan::U8:
-    return "uint8";
-  case plan::BOOL:
-    return "bool";
-  default:
-    return "?";
-  }
-}
 
 std::string argString(const TensorArg &t) {
   std::string s = elemTypeName(t.type);

@@ -13,6 +13,10 @@
 
 #include "Kernel.h"
 
+#include "ampc/rt/PlanFile.h"
+
+#include <algorithm>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,8 +46,9 @@ inline bool isFloatType(plan::ElemType t) {
   return t == plan::F32 || t == plan::F16 || t == plan::BF16;
 }
 inline bool isIndexType(plan::ElemType t) { return t == plan::I64 || t == plan::I32; }
-size_t elemBytes(plan::ElemType t);
-const char *elemTypeName(plan::ElemType t);
+/// Storage bytes per element (1 for the unknown types validatePlan rejects).
+inline size_t elemBytes(plan::ElemType t) { return std::max<size_t>(planElemSize(t), 1); }
+inline const char *elemTypeName(plan::ElemType t) { return planElemTypeName(t); }
 /// "float16[2,3]"
 std::string argString(const TensorArg &t);
 int64_t product(const std::vector<int64_t> &v, size_t begin = 0, size_t end = SIZE_MAX);

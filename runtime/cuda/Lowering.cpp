@@ -9,6 +9,7 @@
 
 #include "Lowering.h"
 
+#include "ampc/rt/FusedDecode.h"
 #include "ampc/rt/FusedOps.h"
 #include "ampc/rt/PlanFile.h"
 
@@ -308,7 +309,11 @@ private:
     Launch l = Launch::kernelOf(k, a, threads);
     l.step = index_;
     out_.push_back(l);
-  }
+  }  /// One strided copy kernel (addCopy); false above kMaxRank.
+  bool copyKernel(const std::vector<int64_t> &shape, const std::vector<int64_t> &srcStrides,
+                  const std::vector<int64_t> &dstStrides, const void *src, void *dst,
+                  size_t elemBytes, std::string &error);
+
   void gemm(const GemmCall &g) {
     if (g.m <= 0 || g.n <= 0 || g.batch <= 0)
       return;
@@ -463,41 +468,16 @@ bool StepLowering::lowerFused(std::string &error) {
   for (int j = 0; j < fp.instructions_size(); ++j) {
     const plan::Instruction &pi = fp.instructions(j);
     FusedArgs::Instr &in = f.ins[j];
-    in.op = fusedOpByName(pi.op());
-    if (in.op == FusedOp::Count) {
-      error = "unknown fused instruction '" + pi.op() + "'";
+    DecodedInstruction d;
+    if (!decodeFusedInstruction(pi, regs, d, error))
       return false;
-    }
-    int args[3] = {0, 0, 0};
-    for (int k = 0; k < pi.args_size() && k < 3; ++k) {
-      if (pi.args(k) < 0 || pi.args(k) >= regs) {
-        error = "fused instruction reads an undefined register";
-        return false;
-      }
-      args[k] = pi.args(k);
-    }
-    in.a = static_cast<uint8_t>(args[0]);
-    in.b = static_cast<uint8_t>(args[1]);
-    in.c = static_cast<uint8_t>(args[2]);
+    in.op = d.op;
+    in.a = static_cast<uint8_t>(d.args[0]);
+    in.b = static_cast<uint8_t>(d.args[1]);
+    in.c = static_cast<uint8_t>(d.args[2]);
     in.type = static_cast<uint8_t>(pi.type());
+    in.params = d.params;
     f.wide = f.wide || pi.type() == plan::F64;
-    in.params = fused::fusedDefaults(in.op);
-    for (const plan::Attribute &a : pi.attrs()) {
-      if (a.name() == "alpha")
-        in.params.alpha = static_cast<float>(a.f());
-      else if (a.name() == "beta")
-        in.params.beta = static_cast<float>(a.f());
-      else if (a.name() == "gamma")
-        in.params.gamma = static_cast<float>(a.f());
-      else if (a.name() == "has_min")
-        in.params.hasMin = a.i() != 0;
-      else if (a.name() == "has_max")
-        in.params.hasMax = a.i() != 0;
-      else if (a.name() == "detect_positive")
-        in.params.detectPos = a.i() != 0;
-      else if (a.name() == "detect_negative")
-        in.params.detectNeg = a.i() != 0;
-    }
     ++regs;
   }
   f.numOutputs = static_cast<int>(outs_.size());
@@ -636,6 +616,23 @@ void addCopy(std::vector<int64_t> shape, std::vector<int64_t> srcStrides,
   }
 }
 
+bool StepLowering::copyKernel(const std::vector<int64_t> &shape,
+                              const std::vector<int64_t> &srcStrides,
+                              const std::vector<int64_t> &dstStrides, const void *src, void *dst,
+                              size_t elemBytes, std::string &error) {
+  CopyArgs c;
+  addCopy(shape, srcStrides, dstStrides, src, dst, static_cast<int>(elemBytes), c);
+  if (c.rank > kMaxRank) {
+    error = "rank above " + std::to_string(kMaxRank);
+    return false;
+  }
+  int64_t numel = 1;
+  for (int64_t d : shape)
+    numel *= d;
+  kernel(KernelKind::Copy, c, numel);
+  return true;
+}
+
 bool StepLowering::lowerTranspose(std::string &error) {
   Operand x = input(0), y = output(0);
   if (!x.present() || !y.present() || x.type != y.type || x.numel != y.numel) {
@@ -660,14 +657,7 @@ bool StepLowering::lowerTranspose(std::string &error) {
     }
     src[d] = xs[a];
   }
-  CopyArgs c;
-  addCopy(y.shape, src, stridesOf(y.shape), x.p, y.p, static_cast<int>(x.elemBytes()), c);
-  if (c.rank > kMaxRank) {
-    error = "rank above " + std::to_string(kMaxRank);
-    return false;
-  }
-  kernel(KernelKind::Copy, c, y.numel);
-  return true;
+  return copyKernel(y.shape, src, stridesOf(y.shape), x.p, y.p, x.elemBytes(), error);
 }
 
 bool StepLowering::lowerExpand(std::string &error) {
@@ -685,14 +675,7 @@ bool StepLowering::lowerExpand(std::string &error) {
     }
     src[d + lead] = x.shape[d] == 1 ? 0 : xs[d];
   }
-  CopyArgs c;
-  addCopy(y.shape, src, stridesOf(y.shape), x.p, y.p, static_cast<int>(x.elemBytes()), c);
-  if (c.rank > kMaxRank) {
-    error = "rank above " + std::to_string(kMaxRank);
-    return false;
-  }
-  kernel(KernelKind::Copy, c, y.numel);
-  return true;
+  return copyKernel(y.shape, src, stridesOf(y.shape), x.p, y.p, x.elemBytes(), error);
 }
 
 bool StepLowering::lowerConcat(std::string &error) {
@@ -713,14 +696,9 @@ bool StepLowering::lowerConcat(std::string &error) {
       error = "Concat operands must share the result's type and rank";
       return false;
     }
-    CopyArgs c;
-    addCopy(x.shape, stridesOf(x.shape), ys, x.p, y.at(at * ys[axis]),
-            static_cast<int>(x.elemBytes()), c);
-    if (c.rank > kMaxRank) {
-      error = "rank above " + std::to_string(kMaxRank);
+    if (!copyKernel(x.shape, stridesOf(x.shape), ys, x.p, y.at(at * ys[axis]), x.elemBytes(),
+                    error))
       return false;
-    }
-    kernel(KernelKind::Copy, c, x.numel);
     at += x.shape[axis];
   }
   if (at != y.shape[axis]) {
@@ -752,14 +730,9 @@ bool StepLowering::lowerSplit(std::string &error) {
       error = "Split results must share the operand's type and rank";
       return false;
     }
-    CopyArgs c;
-    addCopy(y.shape, xs, stridesOf(y.shape), x.at(at * xs[axis]), y.p,
-            static_cast<int>(x.elemBytes()), c);
-    if (c.rank > kMaxRank) {
-      error = "rank above " + std::to_string(kMaxRank);
+    if (!copyKernel(y.shape, xs, stridesOf(y.shape), x.at(at * xs[axis]), y.p, x.elemBytes(),
+                    error))
       return false;
-    }
-    kernel(KernelKind::Copy, c, y.numel);
     at += y.shape[axis];
   }
   if (at != x.shape[axis]) {
@@ -818,15 +791,7 @@ bool StepLowering::lowerSlice(std::string &error) {
     offset += begin[d] * xs[d];
     src[d] = xs[d] * step[d];
   }
-  CopyArgs c;
-  addCopy(y.shape, src, stridesOf(y.shape), x.at(offset), y.p, static_cast<int>(x.elemBytes()),
-          c);
-  if (c.rank > kMaxRank) {
-    error = "rank above " + std::to_string(kMaxRank);
-    return false;
-  }
-  kernel(KernelKind::Copy, c, y.numel);
-  return true;
+  return copyKernel(y.shape, src, stridesOf(y.shape), x.at(offset), y.p, x.elemBytes(), error);
 }
 
 bool StepLowering::lowerGather(std::string &error) {

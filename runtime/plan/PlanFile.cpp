@@ -57,6 +57,31 @@ size_t planElemSize(plan::ElemType t) {
   }
 }
 
+const char *planElemTypeName(plan::ElemType t) {
+  switch (t) {
+  case plan::F32:
+    return "float";
+  case plan::F16:
+    return "float16";
+  case plan::BF16:
+    return "bfloat16";
+  case plan::F64:
+    return "double";
+  case plan::I64:
+    return "int64";
+  case plan::I32:
+    return "int32";
+  case plan::I8:
+    return "int8";
+  case plan::U8:
+    return "uint8";
+  case plan::BOOL:
+    return "bool";
+  default:
+    return "?";
+  }
+}
+
 int64_t planNumElements(const plan::Tensor &t) {
   int64_t n = 1;
   for (int64_t d : t.shape())

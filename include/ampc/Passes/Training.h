@@ -46,6 +46,10 @@ Value *findSeed(const Graph &g);
 /// holding `init`, and returns it.
 Value *addState(Graph &g, const std::string &name, Tensor init);
 
+/// Shortest readable form of an option value in reports and plan info:
+/// 0.9, 1e-08, 65536.
+std::string formatOptionValue(double v);
+
 /// Makes `updated` a graph output named `<state>.next` and binds it to `state`.
 void bindState(Graph &g, Value *state, Value *updated);
 

@@ -27,6 +27,8 @@ bool validatePlan(const plan::Plan &p, std::string &error);
 
 /// Bytes of one element / of a whole tensor.
 size_t planElemSize(plan::ElemType t);
+/// The ONNX text name of an element type ("float16"), "?" when unknown.
+const char *planElemTypeName(plan::ElemType t);
 int64_t planNumElements(const plan::Tensor &t);
 size_t planTensorBytes(const plan::Tensor &t);
 

@@ -276,12 +276,21 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
     error = path + ": cannot write (" + std::strerror(errno) + ")";
     return false;
   }
-  // Test hook: AMPC_CRASH_DURING_WRITE=<file name> kills the process halfway
-  // through writing that file's temporary, as a crash or kill -9 would; the
-  // fault tests check that the previous file stays intact and loadable.
+  // Test hook: AMPC_CRASH_DURING_WRITE=<file name>[:N] kills the process
+  // halfway through writing that file's temporary (the N-th time, default
+  // the first), as a crash or kill -9 would; the fault tests check that the
+  // previous file stays intact and loadable.
   if (const char *crash = std::getenv("AMPC_CRASH_DURING_WRITE")) {
+    std::string target = crash;
+    long nth = 1;
+    size_t colon = target.find(':');
+    if (colon != std::string::npos) {
+      nth = std::strtol(target.c_str() + colon + 1, nullptr, 10);
+      target.resize(colon);
+    }
+    static long writesOfTarget = 0;
     std::string base = path.substr(path.find_last_of('/') + 1);
-    if (base == crash) {
+    if (base == target && ++writesOfTarget >= nth) {
       std::fwrite(bytes.data(), 1, bytes.size() / 2, f);
       std::fflush(f);
       std::abort();

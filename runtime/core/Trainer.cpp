@@ -152,6 +152,31 @@ double scalarOutput(Session &s, int program, const std::string &name) {
   return a.at(0);
 }
 
+/// Whether a program's outputs and its inputs occupy separate arena bytes,
+/// so that the next batch may be written while the outputs of the step just
+/// run have not been read yet. Conservative: compares whole base tensors.
+bool inputsApartFromOutputs(const plan::Plan &p, int program) {
+  auto bytesOf = [&](int id, uint64_t &lo, uint64_t &hi) {
+    const plan::Tensor &t = p.tensors(id);
+    const plan::Tensor &base = t.has_view_of() ? p.tensors(t.view_of()) : t;
+    lo = base.offset();
+    hi = lo + planTensorBytes(base);
+    return base.storage() == plan::ARENA;
+  };
+  const plan::Program &prog = p.programs(program);
+  for (const plan::Binding &in : prog.inputs()) {
+    uint64_t inLo, inHi;
+    if (!bytesOf(in.tensor(), inLo, inHi))
+      return false;
+    for (const plan::Binding &out : prog.outputs()) {
+      uint64_t outLo, outHi;
+      if (bytesOf(out.tensor(), outLo, outHi) && outLo < inHi && inLo < outHi)
+        return false;
+    }
+  }
+  return true;
+}
+
 std::string jsonNumber(double v) {
   if (std::isnan(v) || std::isinf(v))
     return "null";
@@ -248,18 +273,34 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   auto start = Clock::now();
   int64_t first = counters["step"];
   int64_t reportEvery = std::max<int64_t>(1, (opts.steps - first) / 20);
+  // With --data and one "step" program, the next batch is written as soon as
+  // the step is enqueued: an asynchronous backend (CUDA) copies it while the
+  // step runs. Checkpoints record the data position before that prefetch, so
+  // a resumed run reads the prefetched batch again and stays bitwise equal.
+  bool prefetch = !opts.dataPath.empty() && step >= 0 && inputsApartFromOutputs(plan, step);
+  bool batchReady = false;
+  std::map<std::string, int64_t> stepCounters = counters;
   for (int64_t s = first; s < opts.steps; ++s) {
     auto t0 = Clock::now();
     for (int64_t m = 0; m < (step >= 0 ? 1 : microBatches); ++m) {
-      if (!opts.dataPath.empty() &&
+      if (!opts.dataPath.empty() && !batchReady &&
           !data.feedNext(*session, feedProgram, opts.shuffle, opts.seed, counters["epoch"],
                          counters["cursor"], error))
         return fail(error);
+      batchReady = false;
       if (!session->run(feedProgram, error))
         return fail("step " + std::to_string(s + 1) + ": " + error);
     }
     if (step < 0 && !session->run(apply, error))
       return fail("step " + std::to_string(s + 1) + ": " + error);
+    stepCounters = counters;
+    stepCounters["step"] = s + 1;
+    if (prefetch && s + 1 < opts.steps) {
+      if (!data.feedNext(*session, feedProgram, opts.shuffle, opts.seed, counters["epoch"],
+                         counters["cursor"], error))
+        return fail(error);
+      batchReady = true;
+    }
     if (!session->backend().synchronize(error))
       return fail(error);
     double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -309,12 +350,13 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
     }
     if (opts.checkpointEvery > 0 && !opts.checkpointDir.empty() &&
         (s + 1) % opts.checkpointEvery == 0 &&
-        !session->saveCheckpoint(opts.checkpointDir, counters, error))
+        !session->saveCheckpoint(opts.checkpointDir, stepCounters, error))
       return fail(error);
   }
   if (opts.terminal && !opts.quiet)
     out << "\n";
-  if (!opts.checkpointDir.empty() && !session->saveCheckpoint(opts.checkpointDir, counters, error))
+  if (!opts.checkpointDir.empty() &&
+      !session->saveCheckpoint(opts.checkpointDir, stepCounters, error))
     return fail(error);
   if (!opts.dumpGrads.empty() && !session->dumpGradients(opts.dumpGrads, error))
     return fail(error);

@@ -219,17 +219,8 @@ private:
   }
 
   bool checkTransfer(int tensor, size_t bytes, std::string &error) {
-    if (tensor < 0 || tensor >= plan_.tensors_size() || !ptr_[tensor]) {
-      error = "tensor " + std::to_string(tensor) + " has no storage";
-      return false;
-    }
-    if (bytes != rt::planTensorBytes(plan_.tensors(tensor))) {
-      error = "tensor '" + plan_.tensors(tensor).name() + "' holds " +
-              std::to_string(rt::planTensorBytes(plan_.tensors(tensor))) + " bytes, not " +
-              std::to_string(bytes);
-      return false;
-    }
-    return true;
+    return rt::checkTransfer(
+        plan_, tensor, bytes, [&](int id) { return ptr_[id] != nullptr; }, error);
   }
 
   /// One arena, one block of state, one block of constants; views point into

@@ -16,6 +16,8 @@
 
 #include "DnnlHelpers.h"
 
+#include "ampc/rt/MatMulShape.h"
+
 #include <cstring>
 
 namespace ampc::rt::cpu {
@@ -187,36 +189,12 @@ std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error)
   k->b = ctx.inputs[1];
   k->y = ctx.outputs[0];
   k->type = k->y.type;
-  std::vector<int64_t> as = k->a.shape, bs = k->b.shape;
-  if (as.empty() || bs.empty()) {
-    error = "MatMul operands must have rank >= 1";
+  MatMulShape shape;
+  if (!matMulShape(k->a.shape, k->b.shape, k->y.numel, argString(k->a), argString(k->b),
+                   argString(k->y), shape, error))
     return nullptr;
-  }
-  if (as.size() == 1)
-    as.insert(as.begin(), 1);
-  if (bs.size() == 1)
-    bs.push_back(1);
-  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
-  if (bs[bs.size() - 2] != K) {
-    error = "inner dimensions differ: " + argString(k->a) + " x " + argString(k->b);
-    return nullptr;
-  }
-  std::vector<int64_t> ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-  size_t r = std::max(ba.size(), bb.size());
-  ba.insert(ba.begin(), r - ba.size(), 1);
-  bb.insert(bb.begin(), r - bb.size(), 1);
-  std::vector<int64_t> batch(r);
-  for (size_t i = 0; i < r; ++i) {
-    if (ba[i] != bb[i] && ba[i] != 1 && bb[i] != 1) {
-      error = "batch dimensions do not broadcast: " + argString(k->a) + " x " + argString(k->b);
-      return nullptr;
-    }
-    batch[i] = std::max(ba[i], bb[i]);
-  }
-  if (product(batch) * M * N != k->y.numel) {
-    error = "result " + argString(k->y) + " does not match the operands";
-    return nullptr;
-  }
+  int64_t M = shape.M, K = shape.K, N = shape.N;
+  std::vector<int64_t> &ba = shape.batchA, &bb = shape.batchB, &batch = shape.batch;
   k->M = M;
   k->N = N;
   k->K = K;

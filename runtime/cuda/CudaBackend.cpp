@@ -390,17 +390,8 @@ private:
   }
 
   bool checkTransfer(int tensor, size_t bytes, std::string &error) const {
-    if (tensor < 0 || tensor >= plan_.tensors_size() || !address(tensor)) {
-      error = "tensor " + std::to_string(tensor) + " has no storage";
-      return false;
-    }
-    if (bytes != planTensorBytes(plan_.tensors(tensor))) {
-      error = "tensor '" + plan_.tensors(tensor).name() + "' holds " +
-              std::to_string(planTensorBytes(plan_.tensors(tensor))) + " bytes, not " +
-              std::to_string(bytes);
-      return false;
-    }
-    return true;
+    return rt::checkTransfer(
+        plan_, tensor, bytes, [&](int id) { return address(id) != nullptr; }, error);
   }
 
   /// "program 'step' step 12 (MatMul '/fc/MatMul')"

@@ -159,17 +159,8 @@ private:
     return layout_.address(plan_, id, arena_.p, state_.p, constants_.p);
   }
   bool check(int tensor, size_t bytes, std::string &error) const {
-    if (tensor < 0 || tensor >= plan_.tensors_size() || !address(tensor)) {
-      error = "tensor " + std::to_string(tensor) + " has no storage";
-      return false;
-    }
-    if (bytes != planTensorBytes(plan_.tensors(tensor))) {
-      error = "tensor '" + plan_.tensors(tensor).name() + "' holds " +
-              std::to_string(planTensorBytes(plan_.tensors(tensor))) + " bytes, not " +
-              std::to_string(bytes);
-      return false;
-    }
-    return true;
+    return checkTransfer(
+        plan_, tensor, bytes, [&](int id) { return address(id) != nullptr; }, error);
   }
 
   plan::Plan plan_;

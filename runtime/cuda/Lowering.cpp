@@ -11,6 +11,7 @@
 
 #include "ampc/rt/FusedDecode.h"
 #include "ampc/rt/FusedOps.h"
+#include "ampc/rt/MatMulShape.h"
 #include "ampc/rt/PlanFile.h"
 
 #include <algorithm>
@@ -377,6 +378,8 @@ public:
   bool lowerLayerNormGrad(std::string &error);
   bool lowerBatchNorm(bool grad, std::string &error);
   bool lowerLoss(bool softmax, std::string &error);
+  bool lossGeometry(const Operand &scores, const Operand &target, LossArgs &l,
+                    std::string &error);
   bool lowerLossGrad(bool softmax, std::string &error);
   bool lowerPool(bool isMax, std::string &error);
   bool lowerMaxPoolGrad(std::string &error);
@@ -851,37 +854,13 @@ bool StepLowering::lowerMatMul(std::string &error) {
   }
   if (!sameFloatTypes({a, b}, y, error))
     return false;
-  std::vector<int64_t> as = a.shape, bs = b.shape;
-  if (as.empty() || bs.empty()) {
-    error = "MatMul operands must have rank >= 1";
+  MatMulShape shape;
+  if (!matMulShape(a.shape, b.shape, y.numel, argString(a), argString(b), argString(y), shape,
+                   error))
     return false;
-  }
-  if (as.size() == 1)
-    as.insert(as.begin(), 1);
-  if (bs.size() == 1)
-    bs.push_back(1);
-  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
-  if (bs[bs.size() - 2] != K) {
-    error = "inner dimensions differ: " + argString(a) + " x " + argString(b);
-    return false;
-  }
-  std::vector<int64_t> ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-  size_t r = std::max(ba.size(), bb.size());
-  ba.insert(ba.begin(), r - ba.size(), 1);
-  bb.insert(bb.begin(), r - bb.size(), 1);
-  std::vector<int64_t> batch(r);
-  for (size_t i = 0; i < r; ++i) {
-    if (ba[i] != bb[i] && ba[i] != 1 && bb[i] != 1) {
-      error = "batch dimensions do not broadcast: " + argString(a) + " x " + argString(b);
-      return false;
-    }
-    batch[i] = std::max(ba[i], bb[i]);
-  }
-  int64_t nb = product(batch);
-  if (nb * M * N != y.numel) {
-    error = "result " + argString(y) + " does not match the operands";
-    return false;
-  }
+  int64_t M = shape.M, K = shape.K, N = shape.N, nb = product(shape.batch);
+  const std::vector<int64_t> &ba = shape.batchA, &bb = shape.batchB, &batch = shape.batch;
+  size_t r = batch.size();
   if (y.numel == 0)
     return true;
   if (K == 0) {
@@ -1372,7 +1351,12 @@ bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
   return true;
 }
 
-bool lossAttrs(const std::string &r, LossArgs &l, std::string &error) {
+/// The attributes and geometry both loss directions share: reduction,
+/// ignore_index, N, C and D from the scores (or their gradient), and
+/// targets of an integer type shaped [N, d...].
+bool StepLowering::lossGeometry(const Operand &scores, const Operand &target, LossArgs &l,
+                                std::string &error) {
+  std::string r = attrString("reduction", "mean");
   if (r == "none")
     l.reduction = LossArgs::None;
   else if (r == "sum")
@@ -1381,6 +1365,20 @@ bool lossAttrs(const std::string &r, LossArgs &l, std::string &error) {
     l.reduction = LossArgs::Mean;
   else {
     error = "unknown reduction '" + r + "'";
+    return false;
+  }
+  l.hasIgnore = attr("ignore_index") != nullptr;
+  l.ignore = attrInt("ignore_index", 0);
+  if (scores.rank() < 2) {
+    error = "scores must be [N, C, ...]";
+    return false;
+  }
+  l.N = scores.shape[0];
+  l.C = scores.shape[1];
+  l.D = l.N * l.C != 0 ? scores.numel / (l.N * l.C) : 0;
+  if ((target.type != FusedElem::I64 && target.type != FusedElem::I32) ||
+      target.numel != l.N * l.D) {
+    error = "targets must be int64/int32 shaped [N, d...]: " + argString(target);
     return false;
   }
   return true;
@@ -1396,22 +1394,8 @@ bool StepLowering::lowerLoss(bool softmax, std::string &error) {
   if (!requireFloat({0, 2}, {0, 1}, error))
     return false;
   LossArgs l;
-  if (!lossAttrs(attrString("reduction", "mean"), l, error))
+  if (!lossGeometry(x, target, l, error))
     return false;
-  l.hasIgnore = attr("ignore_index") != nullptr;
-  l.ignore = attrInt("ignore_index", 0);
-  if (x.rank() < 2) {
-    error = "scores must be [N, C, ...]";
-    return false;
-  }
-  l.N = x.shape[0];
-  l.C = x.shape[1];
-  l.D = l.N * l.C != 0 ? x.numel / (l.N * l.C) : 0;
-  if ((target.type != FusedElem::I64 && target.type != FusedElem::I32) ||
-      target.numel != l.N * l.D) {
-    error = "targets must be int64/int32 shaped [N, d...]: " + argString(target);
-    return false;
-  }
   if ((weight.present() && weight.numel != l.C) ||
       (logProb.present() && logProb.shape != x.shape) ||
       loss.numel != (l.reduction == LossArgs::None ? l.N * l.D : 1)) {
@@ -1452,22 +1436,8 @@ bool StepLowering::lowerLossGrad(bool softmax, std::string &error) {
       (softmax && !requireFloat({1}, {}, error)))
     return false;
   LossArgs l;
-  if (!lossAttrs(attrString("reduction", "mean"), l, error))
+  if (!lossGeometry(dx, target, l, error))
     return false;
-  l.hasIgnore = attr("ignore_index") != nullptr;
-  l.ignore = attrInt("ignore_index", 0);
-  if (dx.rank() < 2) {
-    error = "scores must be [N, C, ...]";
-    return false;
-  }
-  l.N = dx.shape[0];
-  l.C = dx.shape[1];
-  l.D = l.N * l.C != 0 ? dx.numel / (l.N * l.C) : 0;
-  if ((target.type != FusedElem::I64 && target.type != FusedElem::I32) ||
-      target.numel != l.N * l.D) {
-    error = "targets must be int64/int32 shaped [N, d...]: " + argString(target);
-    return false;
-  }
   if ((softmax && logp.shape != dx.shape) || (weight.present() && weight.numel != l.C) ||
       dLoss.numel != (l.reduction == LossArgs::None ? l.N * l.D : 1)) {
     error = "dLoss, log_prob or weight shapes do not match";

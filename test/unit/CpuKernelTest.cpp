@@ -18,6 +18,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FixtureUtil.h"
+
 #include "ampc/Interpreter/Interpreter.h"
 #include "ampc/Lower/Lower.h"
 #include "ampc/ONNX/Import.h"
@@ -37,6 +39,7 @@
 #include <random>
 
 using namespace ampc;
+using ampc::test::toHostArray;
 
 namespace {
 
@@ -76,39 +79,6 @@ double relTol(DType t) {
   default:
     return 0.0;
   }
-}
-
-rt::ElemType elemType(DType t) {
-  switch (t) {
-  case DType::F32:
-    return rt::ElemType::F32;
-  case DType::F16:
-    return rt::ElemType::F16;
-  case DType::BF16:
-    return rt::ElemType::BF16;
-  case DType::F64:
-    return rt::ElemType::F64;
-  case DType::I64:
-    return rt::ElemType::I64;
-  case DType::I32:
-    return rt::ElemType::I32;
-  case DType::I8:
-    return rt::ElemType::I8;
-  case DType::U8:
-    return rt::ElemType::U8;
-  case DType::Bool:
-    return rt::ElemType::Bool;
-  default:
-    return rt::ElemType::F32;
-  }
-}
-
-rt::HostArray toHost(const Tensor &t) {
-  rt::HostArray a;
-  a.type = elemType(t.dtype());
-  a.shape = t.shape();
-  a.bytes.assign(t.data(), t.data() + t.byteSize());
-  return a;
 }
 
 /// Generates the value of one graph input.
@@ -196,7 +166,7 @@ RunResult runOnCpu(const plan::Plan &p, const std::map<std::string, Tensor> &fee
     // Fed before every run: the memory planner may reuse an input's buffer
     // after its last read.
     for (const auto &[name, t] : feeds)
-      if (!session->feed(prog, name, toHost(t), "test", error)) {
+      if (!session->feed(prog, name, toHostArray(t), "test", error)) {
         ADD_FAILURE() << error;
         return r;
       }
@@ -916,7 +886,7 @@ TEST(CpuKernel, DropoutTraining) {
     auto s = rt::Session::fromPlan(*p, rt::createCpuBackend({threads}), error);
     ASSERT_TRUE(s) << error;
     for (int run = 0; run < 3; ++run) {
-      ASSERT_TRUE(s->feed(0, "x", toHost(x), "test", error)) << error;
+      ASSERT_TRUE(s->feed(0, "x", toHostArray(x), "test", error)) << error;
       ASSERT_TRUE(s->run(0, error)) << error;
       rt::HostArray y, m;
       ASSERT_TRUE(s->output(0, "y", y, error) && s->output(0, "m", m, error)) << error;

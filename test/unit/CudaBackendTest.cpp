@@ -55,6 +55,7 @@ using namespace ampc;
 namespace rcuda = ampc::rt::cuda;
 namespace fused = ampc::rt::fused;
 using ampc::rt::FusedOp;
+using ampc::test::toHostArray;
 
 namespace {
 
@@ -237,33 +238,6 @@ TEST(CudaMemory, RefusesPlansAboveTheShareOrLimit) {
 // Backends compared: per op and whole training steps
 //===----------------------------------------------------------------------===//
 
-rt::ElemType hostType(DType t) {
-  switch (t) {
-  case DType::F16:
-    return rt::ElemType::F16;
-  case DType::BF16:
-    return rt::ElemType::BF16;
-  case DType::F64:
-    return rt::ElemType::F64;
-  case DType::I64:
-    return rt::ElemType::I64;
-  case DType::I32:
-    return rt::ElemType::I32;
-  case DType::Bool:
-    return rt::ElemType::Bool;
-  default:
-    return rt::ElemType::F32;
-  }
-}
-
-rt::HostArray toHost(const Tensor &t) {
-  rt::HostArray a;
-  a.type = hostType(t.dtype());
-  a.shape = t.shape();
-  a.bytes.assign(t.data(), t.data() + t.byteSize());
-  return a;
-}
-
 bool isFloatHost(rt::ElemType t) {
   return t == rt::ElemType::F32 || t == rt::ElemType::F16 || t == rt::ElemType::BF16 ||
          t == rt::ElemType::F64;
@@ -320,7 +294,7 @@ bool runOnce(const plan::Plan &p, const BackendFactory &make,
   }
   int prog = session->program("step");
   for (const auto &[name, t] : feeds)
-    if (!session->feed(prog, name, toHost(t), "test", error)) {
+    if (!session->feed(prog, name, toHostArray(t), "test", error)) {
       ADD_FAILURE() << error;
       return false;
     }
@@ -693,7 +667,7 @@ bool train(const plan::Plan &p, const BackendFactory &make, const std::string &f
   int feedProg = step >= 0 ? step : acc;
   auto batch = test::loadFixtureInputs(fixture);
   for (const auto &[name, t] : batch)
-    if (!session->feed(feedProg, name, toHost(t), "fixture", error)) {
+    if (!session->feed(feedProg, name, toHostArray(t), "fixture", error)) {
       ADD_FAILURE() << error;
       return false;
     }

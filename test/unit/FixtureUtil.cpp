@@ -49,6 +49,24 @@ Tensor loadNpy(const std::string &path) {
   return Tensor::fromBytes(TensorType(dt, a.shape), a.bytes.data(), a.bytes.size());
 }
 
+rt::HostArray toHostArray(const Tensor &t) {
+  rt::HostArray a;
+  switch (t.dtype()) {
+  case DType::F16: a.type = rt::ElemType::F16; break;
+  case DType::BF16: a.type = rt::ElemType::BF16; break;
+  case DType::F64: a.type = rt::ElemType::F64; break;
+  case DType::I64: a.type = rt::ElemType::I64; break;
+  case DType::I32: a.type = rt::ElemType::I32; break;
+  case DType::I8: a.type = rt::ElemType::I8; break;
+  case DType::U8: a.type = rt::ElemType::U8; break;
+  case DType::Bool: a.type = rt::ElemType::Bool; break;
+  default: a.type = rt::ElemType::F32; break;
+  }
+  a.shape = t.shape();
+  a.bytes.assign(t.data(), t.data() + t.byteSize());
+  return a;
+}
+
 std::string safeFileName(const std::string &name) {
   std::string out = name;
   for (char &c : out)

@@ -25,6 +25,8 @@ std::unique_ptr<Graph> loadFixtureModel(const std::string &name);
 
 /// A .npy file as an IR tensor (bfloat16 is not used by fixtures).
 Tensor loadNpy(const std::string &path);
+/// An IR tensor as the runtime's host array (for Session::feed), same bytes.
+rt::HostArray toHostArray(const Tensor &t);
 /// "fc1.weight" -> "fc1.weight" with characters outside [A-Za-z0-9._-] -> '_'.
 std::string safeFileName(const std::string &name);
 /// The fixture batch: {"input": ..., "target": ...}.

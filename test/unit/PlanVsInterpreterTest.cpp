@@ -33,20 +33,6 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.fixture << "_" << c.precision; }
 
-rt::HostArray toHost(const Tensor &t) {
-  rt::HostArray a;
-  switch (t.dtype()) {
-  case DType::I64:
-    a.type = rt::ElemType::I64;
-    break;
-  default:
-    a.type = rt::ElemType::F32;
-  }
-  a.shape = t.shape();
-  a.bytes.assign(t.data(), t.data() + t.byteSize());
-  return a;
-}
-
 Tensor fromHost(const rt::HostArray &a, const TensorType &type) {
   return Tensor::fromBytes(type, a.bytes.data(), a.bytes.size());
 }
@@ -76,7 +62,7 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
 
   auto batch = loadFixtureInputs(c.fixture);
   for (const auto &[name, t] : batch)
-    ASSERT_TRUE(session->feed(prog, name, toHost(t), name, error)) << error;
+    ASSERT_TRUE(session->feed(prog, name, toHostArray(t), name, error)) << error;
   for (int step = 0; step < 3; ++step) {
     oracle.step(batch);
     ASSERT_TRUE(session->run(prog, error)) << error;

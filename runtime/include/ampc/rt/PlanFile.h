@@ -32,4 +32,24 @@ const char *planElemTypeName(plan::ElemType t);
 int64_t planNumElements(const plan::Tensor &t);
 size_t planTensorBytes(const plan::Tensor &t);
 
+/// Checks a host transfer of `bytes` to or from tensor `id` for a backend:
+/// `stored(id)` says whether the backend holds bytes for a tensor in range.
+/// False with a one-line error for an id out of range or without storage,
+/// or a size other than the tensor's.
+template <typename StoredFn>
+bool checkTransfer(const plan::Plan &p, int id, size_t bytes, StoredFn stored,
+                   std::string &error) {
+  if (id < 0 || id >= p.tensors_size() || !stored(id)) {
+    error = "tensor " + std::to_string(id) + " has no storage";
+    return false;
+  }
+  size_t expected = planTensorBytes(p.tensors(id));
+  if (bytes != expected) {
+    error = "tensor '" + p.tensors(id).name() + "' holds " + std::to_string(expected) +
+            " bytes, not " + std::to_string(bytes);
+    return false;
+  }
+  return true;
+}
+
 } // namespace ampc::rt

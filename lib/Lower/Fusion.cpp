@@ -65,8 +65,8 @@ public:
   static constexpr uint64_t kLargeBytes = 64 * 1024;
 
   LifetimeGuard(const std::vector<const Node *> &order,
-                std::unordered_map<const Node *, size_t> &position)
-      : position_(position), heavyBefore_(order.size() + 1, 0) {
+                std::unordered_map<const Node *, size_t> &position, const KeptToEnd &keptToEnd)
+      : position_(position), keptToEnd_(keptToEnd), heavyBefore_(order.size() + 1, 0) {
     for (size_t p = 0; p < order.size(); ++p)
       heavyBefore_[p + 1] = heavyBefore_[p] + !isFusableElementwise(*order[p]);
   }
@@ -81,7 +81,8 @@ public:
       return false;
     for (const Node *m : nodes)
       for (const Value *v : m->inputs()) {
-        if (!v || !v->producer() || static_cast<uint64_t>(v->type().byteSize()) <= kLargeBytes)
+        if (!v || !v->producer() || static_cast<uint64_t>(v->type().byteSize()) <= kLargeBytes ||
+            keptToEnd_(v))
           continue;
         size_t lastOther = 0;
         for (const Use &u : v->uses())
@@ -95,6 +96,7 @@ public:
 
 private:
   std::unordered_map<const Node *, size_t> &position_;
+  const KeptToEnd &keptToEnd_;
   std::vector<size_t> heavyBefore_;
 };
 
@@ -190,14 +192,15 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
 }
 
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
-                                          size_t maxNodes, size_t maxInputs) {
+                                          const KeptToEnd &keptToEnd, size_t maxNodes,
+                                          size_t maxInputs) {
   std::unordered_map<const Node *, size_t> position;
   for (size_t i = 0; i < order.size(); ++i)
     position[order[i]] = i;
 
   std::vector<FusionGroup> groups;
   std::unordered_map<const Node *, size_t> groupOf;
-  LifetimeGuard lifetimes(order, position);
+  LifetimeGuard lifetimes(order, position, keptToEnd);
 
   // Distinct outside values a group reads if `extra` joined it.
   auto inputCount = [&](const FusionGroup &grp, const Node *extra) {

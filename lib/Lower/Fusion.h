@@ -3,6 +3,7 @@
 
 #include "ampc/IR/Graph.h"
 
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -18,11 +19,16 @@ struct FusionGroup {
 /// ampc/rt/FusedOps.h): an elementwise operator on float or bool values.
 bool isFusableElementwise(const Node &n);
 
+/// Values that stay live to the end of the program whatever the fusion does
+/// (program outputs): fusing their readers later keeps nothing alive longer.
+using KeptToEnd = std::function<bool(const Value *)>;
+
 /// Groups elementwise nodes greedily in graph order: a node joins the group of
 /// one of its producers when the result shapes agree and no value of the group
 /// is needed by an unfused node placed before it. Every fusable node belongs
 /// to exactly one group (possibly of one node).
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
-                                          size_t maxNodes = 64, size_t maxInputs = 16);
+                                          const KeptToEnd &keptToEnd, size_t maxNodes = 64,
+                                          size_t maxInputs = 16);
 
 } // namespace ampc

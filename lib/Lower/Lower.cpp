@@ -75,6 +75,7 @@ public:
       stateOf_[b.state] = b.updated;
       updatedStates_.insert(b.updated);
     }
+    findWidenedOutputs();
     auto specs = splitPrograms();
     if (!specs)
       return specs.takeError();
@@ -206,6 +207,38 @@ private:
     return std::vector<ProgramSpec>{accumulate, apply};
   }
 
+  /// Outputs computed by an exact widening Cast of an fp16/bf16 value (the
+  /// fp32 weight gradients of a low-precision plan) are bound to the narrow
+  /// value and read widened (Binding.widen_to): the same numbers, but no fp32
+  /// copy is written every step, and the cast fuses into its other readers
+  /// (the optimizer update) like any intermediate.
+  void findWidenedOutputs() {
+    for (const Value *v : g_.outputs()) {
+      const Node *cast = v->producer();
+      if (!cast || !cast->is("Cast") || updatedStates_.count(v) || v->dtype() != DType::F32)
+        continue;
+      const Value *narrow = cast->input(0);
+      if (!narrow || !narrow->producer() ||
+          (narrow->dtype() != DType::F16 && narrow->dtype() != DType::BF16))
+        continue;
+      widenedFrom_[v] = narrow;
+      widenSources_.insert(narrow);
+    }
+  }
+
+  /// The value a program output's binding reads: itself, or the narrow value
+  /// it widens.
+  const Value *boundValue(const Value *v) const {
+    auto it = widenedFrom_.find(v);
+    return it == widenedFrom_.end() ? v : it->second;
+  }
+
+  /// Values a fused step must store although no other step reads them.
+  bool readAfterProgram(const Value *v) const {
+    return (v->isGraphOutput() && !widenedFrom_.count(v)) || widenSources_.count(v) ||
+           updatedStates_.count(v);
+  }
+
   void createValueTensors() {
     for (const Value *v : g_.initializers()) {
       bool state = stateOf_.count(v);
@@ -269,7 +302,8 @@ private:
   }
 
   void emitSteps(plan::Program &prog, const std::vector<const Node *> &nodes) {
-    std::vector<FusionGroup> groups = findFusionGroups(nodes, opts_.fuseElementwise);
+    std::vector<FusionGroup> groups = findFusionGroups(
+        nodes, opts_.fuseElementwise, [&](const Value *v) { return readAfterProgram(v); });
     std::unordered_map<const Node *, size_t> groupOf;
     for (size_t i = 0; i < groups.size(); ++i)
       for (const Node *n : groups[i].nodes)
@@ -393,7 +427,7 @@ private:
     std::vector<const Value *> defined;
     for (const Node *n : grp.nodes) {
       const Value *v = n->output();
-      bool usedOutside = v->isGraphOutput() || updatedStates_.count(v);
+      bool usedOutside = readAfterProgram(v);
       for (const Use &u : v->uses())
         usedOutside = usedOutside || !members.count(u.user);
       if (!usedOutside)
@@ -403,7 +437,12 @@ private:
       defined.push_back(v);
     }
     s.set_name(grp.nodes.back()->displayName());
-    noteStep(prog, defined);
+    // A group whose values nobody reads (a widening cast of an output that is
+    // read narrow) is no step at all.
+    if (defined.empty())
+      prog.mutable_steps()->RemoveLast();
+    else
+      noteStep(prog, defined);
     // Values computed inside the group and never stored need no storage.
     for (const Node *n : grp.nodes)
       if (std::find(defined.begin(), defined.end(), n->output()) == defined.end())
@@ -432,7 +471,9 @@ private:
     for (const Value *v : spec.outputs) {
       plan::Binding &b = *prog.add_outputs();
       b.set_name(v->name());
-      b.set_tensor(tensorOf(v));
+      b.set_tensor(tensorOf(boundValue(v)));
+      if (boundValue(v) != v)
+        b.set_widen_to(planType(v->dtype()));
     }
     for (const StateBinding &sb : spec.updates) {
       plan::StateUpdate &u = *prog.add_updates();
@@ -700,7 +741,7 @@ private:
       param.set_onnx_name(name);
       param.set_state(tensorOf(v));
       const Value *grad = g_.findValue(name + "_grad");
-      param.set_grad(grad && grad->isGraphOutput() ? tensorOf(grad) : -1);
+      param.set_grad(grad && grad->isGraphOutput() ? tensorOf(boundValue(grad)) : -1);
     }
   }
 
@@ -710,6 +751,9 @@ private:
   std::unordered_map<const Value *, int> tensorOf_;
   std::unordered_map<const Value *, const Value *> stateOf_;
   std::unordered_set<const Value *> updatedStates_;
+  /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.
+  std::unordered_map<const Value *, const Value *> widenedFrom_;
+  std::unordered_set<const Value *> widenSources_;
   std::unordered_map<const Value *, int> stepOf_;
   std::unordered_set<int> pinned_;
 };

@@ -63,9 +63,13 @@ void printPlanText(const plan::Plan &p, llvm::raw_ostream &os) {
         os << " (has a default)";
       os << "\n";
     }
-    for (const plan::Binding &b : prog.outputs())
+    for (const plan::Binding &b : prog.outputs()) {
       os << "  output " << b.name() << " " << ref(p, b.tensor()) << " "
-         << typeStr(p.tensors(b.tensor())) << "\n";
+         << typeStr(p.tensors(b.tensor()));
+      if (b.has_widen_to())
+        os << " (read as " << rt::planElemTypeName(b.widen_to()) << ")";
+      os << "\n";
+    }
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
       os << "  " << s << ": ";

@@ -91,6 +91,20 @@ HostArray arrayOf(const plan::Tensor &t) {
   return a;
 }
 
+/// fp16 / bf16 to fp32: exact (every narrow value is a float).
+void widenToFloat(HostArray &a) {
+  if (a.type != ElemType::F16 && a.type != ElemType::BF16)
+    return;
+  int64_t n = a.numElements();
+  std::vector<uint8_t> wide(static_cast<size_t>(n) * sizeof(float));
+  for (int64_t i = 0; i < n; ++i) {
+    float f = static_cast<float>(a.at(i));
+    std::memcpy(wide.data() + i * sizeof(float), &f, sizeof(float));
+  }
+  a.type = ElemType::F32;
+  a.bytes = std::move(wide);
+}
+
 } // namespace
 
 std::unique_ptr<Session> Session::fromPlan(plan::Plan p, std::unique_ptr<Backend> backend,
@@ -178,9 +192,15 @@ bool Session::writeTensor(int tensor, const HostArray &a, std::string &error) {
 }
 
 bool Session::output(int program, const std::string &name, HostArray &out, std::string &error) {
-  for (const plan::Binding &b : plan_.programs(program).outputs())
-    if (b.name() == name)
-      return readTensor(b.tensor(), out, error);
+  for (const plan::Binding &b : plan_.programs(program).outputs()) {
+    if (b.name() != name)
+      continue;
+    if (!readTensor(b.tensor(), out, error))
+      return false;
+    if (b.has_widen_to())
+      widenToFloat(out);
+    return true;
+  }
   error = "the plan has no output '" + name + "'";
   return false;
 }
@@ -260,8 +280,11 @@ bool Session::dumpGradients(const std::string &dir, std::string &error) {
     if (p.grad() < 0)
       continue;
     HostArray a;
-    if (!readTensor(p.grad(), a, error) ||
-        !writeNpy(dir + "/" + safeFileName(p.onnx_name()) + ".npy", a, error))
+    if (!readTensor(p.grad(), a, error))
+      return false;
+    if (plan_.tensors(p.grad()).type() != plan_.tensors(p.state()).type())
+      widenToFloat(a);
+    if (!writeNpy(dir + "/" + safeFileName(p.onnx_name()) + ".npy", a, error))
       return false;
   }
   return true;

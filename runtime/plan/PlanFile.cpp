@@ -35,6 +35,11 @@ template <typename T> T get(const std::string &s, size_t at) {
   std::memcpy(&v, s.data() + at, sizeof(T));
   return v;
 }
+
+/// The exact widenings a binding may ask for (Binding.widen_to).
+bool isWidening(plan::ElemType from, plan::ElemType to) {
+  return (from == plan::F16 || from == plan::BF16) && to == plan::F32;
+}
 } // namespace
 
 size_t planElemSize(plan::ElemType t) {
@@ -246,6 +251,13 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
           error = "program '" + prog.name() + "': binding '" + b.name() + "' names no tensor";
           return false;
         }
+    for (const plan::Binding &b : prog.outputs())
+      if (b.has_widen_to() && !isWidening(p.tensors(b.tensor()).type(), b.widen_to())) {
+        error = "program '" + prog.name() + "': output '" + b.name() + "' widens " +
+                planElemTypeName(p.tensors(b.tensor()).type()) + " to " +
+                planElemTypeName(b.widen_to()) + " (only float16 and bfloat16 widen, to float)";
+        return false;
+      }
     for (const plan::Binding &b : prog.inputs())
       if (b.has_default() && b.default_data().size() != planTensorBytes(p.tensors(b.tensor()))) {
         error = "program '" + prog.name() + "': the default of input '" + b.name() +

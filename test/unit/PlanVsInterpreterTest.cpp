@@ -12,6 +12,7 @@
 #include "StepRunner.h"
 
 #include "ampc/Lower/Lower.h"
+#include "ampc/rt/PlanFile.h"
 #include "ampc/rt/Session.h"
 
 #include "plan.pb.h"
@@ -63,8 +64,9 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
   auto batch = loadFixtureInputs(c.fixture);
   for (const auto &[name, t] : batch)
     ASSERT_TRUE(session->feed(prog, name, toHostArray(t), name, error)) << error;
+  std::map<std::string, Tensor> lastOutputs;
   for (int step = 0; step < 3; ++step) {
-    oracle.step(batch);
+    lastOutputs = oracle.step(batch);
     ASSERT_TRUE(session->run(prog, error)) << error;
   }
 
@@ -83,7 +85,7 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
     noisy = noisy || std::count(mask.begin(), mask.end(), true) > 0;
   auto maskOf = [&](const std::string &state) -> std::vector<bool> {
     for (const auto &[param, mask] : noise)
-      if (state == param || state.rfind(param + ".", 0) == 0)
+      if (state == param || state == param + "_grad" || state.rfind(param + ".", 0) == 0)
         return mask;
     return {};
   };
@@ -101,8 +103,42 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
     worst = std::max(worst, err);
     EXPECT_LE(err, tolerance) << c.fixture << " " << c.precision << " state '" << t.name() << "'";
   }
-  std::printf("%s %s: largest relative difference of a state tensor after 3 steps: %.2e\n",
-              c.fixture, c.precision, worst);
+  // The outputs of the last step (loss, fp32 gradients), read through the
+  // session: in bf16 the weight gradients are bound narrow and read widened
+  // (plan.proto Binding.widen_to), which must give the oracle's fp32 values.
+  int widened = 0;
+  for (const plan::Binding &b : session->plan().programs(prog).outputs()) {
+    rt::HostArray got;
+    ASSERT_TRUE(session->output(prog, b.name(), got, error)) << error;
+    const Tensor &want = lastOutputs.at(b.name());
+    if (want.dtype() == DType::F32)
+      ASSERT_EQ(got.type, rt::ElemType::F32) << b.name();
+    widened += b.has_widen_to();
+    double err = maskedRelativeError(fromHost(got, want.type()), want, maskOf(b.name()));
+    EXPECT_LE(err, tolerance) << c.fixture << " " << c.precision << " output '" << b.name() << "'";
+  }
+  if (std::string(c.precision) == "bf16")
+    EXPECT_GT(widened, 0) << "no bf16 gradient is bound narrow";
+  std::printf("%s %s: largest relative difference of a state tensor after 3 steps: %.2e; "
+              "%d outputs read widened\n",
+              c.fixture, c.precision, worst, widened);
+}
+
+/// A plan asking to widen an output that is not fp16 / bf16 is refused with
+/// a line naming the program and the output.
+TEST(PlanValidation, RejectsWideningAFloatOutput) {
+  StepRunner oracle;
+  ASSERT_TRUE(oracle.compile(loadFixtureModel("mlp"),
+                             "canonicalize,autodiff,optimizer{optimizer=sgd lr=0.1},canonicalize"));
+  auto p = lowerToPlan(oracle.graph());
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  std::string error;
+  ASSERT_TRUE(rt::validatePlan(*p, error)) << error;
+  plan::Binding &out = *p->mutable_programs(0)->mutable_outputs(0);
+  out.set_widen_to(plan::F32);
+  EXPECT_FALSE(rt::validatePlan(*p, error));
+  EXPECT_EQ(error, "program 'step': output '" + out.name() +
+                       "' widens float to float (only float16 and bfloat16 widen, to float)");
 }
 
 const Case kCases[] = {{"mlp", "fp32"},         {"mlp", "fp16"},         {"mlp", "bf16"},

@@ -9,7 +9,7 @@
 namespace ampc::rt {
 
 /// The plan format version this runtime reads and the compiler writes.
-inline constexpr uint32_t kPlanVersion = 1;
+inline constexpr uint32_t kPlanVersion = 2;
 inline constexpr size_t kPlanHeaderSize = 32;
 
 /// Serializes a plan with its header (magic, version, size, CRC-32).

@@ -44,7 +44,8 @@ public:
   /// Inputs of the program that have no feed yet and no default.
   std::vector<std::string> missingFeeds(int program) const;
   bool run(int program, std::string &error);
-  /// Reads a program output (by graph-output name) to the host.
+  /// Reads a program output (by graph-output name) to the host; an output
+  /// bound narrow (Binding.widen_to) comes back widened, exactly.
   bool output(int program, const std::string &name, HostArray &out, std::string &error);
   bool readTensor(int tensor, HostArray &out, std::string &error);
   bool writeTensor(int tensor, const HostArray &a, std::string &error);
@@ -57,7 +58,8 @@ public:
                       std::string &error);
 
   /// One .npy per model parameter (fp32 master values) / per trained
-  /// parameter's last unscaled gradient. File names: the ONNX initializer name
+  /// parameter's last unscaled gradient (widened to the master's type when
+  /// the plan keeps it narrower). File names: the ONNX initializer name
   /// with characters outside [A-Za-z0-9._-] replaced by '_'.
   bool dumpParameters(const std::string &dir, std::string &error);
   bool dumpGradients(const std::string &dir, std::string &error);

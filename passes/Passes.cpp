@@ -21,6 +21,7 @@ void registerAllPasses() {
     registerLossScalePass();
     registerOptimizerPass();
     registerRematerializePass();
+    registerCastCachePass();
   });
 }
 

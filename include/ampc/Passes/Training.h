@@ -28,6 +28,7 @@ void registerAccumulatePass();
 void registerLossScalePass();
 void registerOptimizerPass();
 void registerRematerializePass();
+void registerCastCachePass();
 
 /// A trained parameter and its gradient output.
 struct GradientOutput {

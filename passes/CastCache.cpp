@@ -1,0 +1,93 @@
+//===- CastCache.cpp - Low-precision parameter copies kept as state --------===//
+//
+// Autocast casts every fp32 master parameter that a low-precision op reads,
+// every step, and remat casts it again for the backward pass: each cast reads
+// 4 bytes and writes 2 per parameter. Apex's O2 mode keeps the low-precision
+// model weights instead and refreshes them from the master weights after each
+// optimizer step. This pass does that inside the graph: the copy becomes a
+// state `<param>.<dtype>` holding the cast of the initial value; the casts of
+// the parameter read it; and the step computes the cast of the updated
+// parameter as the state's next value, which the lowering fuses into the
+// optimizer's update (2 more bytes written per parameter there). The numbers
+// do not change: the same round-to-nearest-even cast of the same fp32 value,
+// done at the end of the previous step instead of the start of this one. The
+// price is memory: the copies persist between steps (2 bytes per parameter of
+// state) where the casts were temporaries.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampc/Passes/Autocast.h"
+#include "ampc/Passes/Passes.h"
+#include "ampc/Passes/Training.h"
+
+#include <map>
+#include <unordered_map>
+
+namespace ampc {
+
+namespace {
+
+
+class CastCachePass : public Pass {
+public:
+  llvm::StringRef name() const override { return "cast-cache"; }
+
+  llvm::Error run(Graph &g, PassContext &ctx) override {
+    std::unordered_map<const Value *, Value *> nextOf;
+    for (const StateBinding &b : g.stateBindings)
+      nextOf[b.state] = b.updated;
+    // The casts of each trained parameter, per target type.
+    std::map<std::pair<std::string, DType>, std::vector<Node *>> casts;
+    std::vector<GradientOutput> grads = findGradients(g);
+    for (const GradientOutput &go : grads) {
+      if (!nextOf.count(go.param))
+        continue;
+      for (const Use &u : go.param->uses()) {
+        Node *n = u.user;
+        if (n->is("Cast") && n->output() && isLowPrecision(n->output()->dtype()))
+          casts[{go.param->name(), n->output()->dtype()}].push_back(n);
+      }
+    }
+    unsigned cached = 0;
+    for (auto &[key, nodes] : casts) {
+      Value *param = g.findValue(key.first);
+      cacheCasts(g, param, nextOf.at(param), key.second, nodes);
+      ++cached;
+    }
+    if (cached)
+      ctx.addReport("cast-cache", "cast-cache: " + std::to_string(cached) +
+                                      " parameter casts kept as state, refreshed by the update");
+    return llvm::Error::success();
+  }
+
+private:
+  /// Replaces `nodes` (casts of `param` to `dtype`) by a state updated with
+  /// the cast of `next`, param's value after the step.
+  static void cacheCasts(Graph &g, Value *param, Value *next, DType dtype,
+                         const std::vector<Node *> &nodes) {
+    Value *copy = addState(g, g.uniqueName(param->name() + "." + shortDTypeName(dtype)),
+                           param->data()->castTo(dtype));
+    for (Node *n : nodes) {
+      n->output()->replaceAllUsesWith(copy);
+      g.eraseNode(n);
+    }
+    Graph::InsertionGuard guard(g, nullptr);
+    Node *refresh = g.createNode("Cast", {next}, {next->type().withDType(dtype)},
+                                 {{"to", Attribute::ofInt(dtypeToOnnx(dtype))}},
+                                 copy->name() + "/refresh");
+    bindState(g, copy, refresh->output());
+  }
+};
+
+} // namespace
+
+void registerCastCachePass() {
+  PassRegistry::add({"cast-cache",
+                     "Keep the fp16/bf16 copies of trained parameters as state refreshed by the "
+                     "optimizer update, instead of casting the parameters every step",
+                     {},
+                     "",
+                     [](const PassOptions &) { return std::make_unique<CastCachePass>(); }});
+}
+
+} // namespace ampc

@@ -8,6 +8,8 @@
 
 #include "FusedKernel.h"
 
+#include "ampc/rt/PlanFile.h"
+
 #include <limits>
 
 #define AMPC_FUSED_FACTORY makeFusedKernelAvx512

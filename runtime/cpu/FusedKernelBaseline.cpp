@@ -2,6 +2,8 @@
 
 #include "FusedKernel.h"
 
+#include "ampc/rt/PlanFile.h"
+
 #include <limits>
 
 #define AMPC_FUSED_FACTORY makeFusedKernelBaseline

@@ -105,18 +105,16 @@ void convGrad(B &b) {
   setGrads(b, b.ops("ConvGrad", {b.dY(), b.x(0), b.x(1)}, attrs, wanted, "ampc"), wanted);
 }
 
-/// MaxPool routes each dY element to the input position that won: the
-/// forward node's Indices result (requested when omitted) says which.
+/// MaxPool routes each dY element to the input position that won its window.
+/// MaxPoolGrad finds that position again from X (as cuDNN's pooling backward
+/// does) instead of reading int64 Indices: X is usually kept for the backward
+/// pass anyway, while Indices would be kept only for this and are 4x the
+/// bytes of an fp16 Y.
 void maxPoolGrad(B &b) {
-  if (b.node().getInt("storage_order", 0) != 0) {
-    b.fail("storage_order=1 (column-major indices) is not supported");
-    return;
-  }
-  Value *indices = b.savedOutput(1, "Indices");
-  if (!indices)
-    return;
-  b.setGrad(0, b.ampc("MaxPoolGrad", {b.dY(), indices},
-                      {{"shape", Attribute::ofInts(b.x(0)->shape())}}));
+  auto attrs = b.forwardAttrs({"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads",
+                               "strides"});
+  attrs["shape"] = Attribute::ofInts(b.x(0)->shape());
+  b.setGrad(0, b.ampc("MaxPoolGrad", {b.dY(), b.x(0)}, std::move(attrs)));
 }
 
 /// AveragePool spreads each dY element evenly over its window (with the

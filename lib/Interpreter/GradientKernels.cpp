@@ -301,17 +301,39 @@ KernelResult convGradKernel(const KernelContext &ctx) {
   return outs;
 }
 
+/// The forward op's choice is made again over X: the same window order and
+/// comparison as poolKernel (NNKernels.cpp), so ties and NaNs pick the same
+/// position the forward Indices would name.
 KernelResult maxPoolGradKernel(const KernelContext &ctx) {
-  const Tensor &dy = *ctx.in(0), &indices = *ctx.in(1);
-  if (indices.size() != dy.size())
-    return ctx.error("Indices and dY differ in shape");
+  const Tensor &dy = *ctx.in(0), &x = *ctx.in(1);
   const TensorType &type = ctx.outType();
+  if (x.shape() != type.shape || dy.type().rank() != x.type().rank() || x.type().rank() < 3)
+    return ctx.error("X must be [N, C, ...] with the gradient's shape, dY of X's rank");
+  int64_t NC = x.shape()[0] * x.shape()[1];
+  Shape inSp(x.shape().begin() + 2, x.shape().end()), outSp(dy.shape().begin() + 2, dy.shape().end());
+  std::vector<int64_t> kernel = ctx.node.getInts("kernel_shape");
+  if (kernel.size() != inSp.size())
+    return ctx.error("kernel_shape must have one entry per spatial axis");
+  Window win = windowOf(ctx.node, inSp, outSp, kernel);
+  int64_t outPix = numElements(outSp), inPix = numElements(inSp);
+  auto inStr = stridesOf(inSp);
   std::vector<double> dx(type.numElements(), 0.0);
-  for (int64_t i = 0; i < dy.size(); ++i) {
-    int64_t at = indices.getInt(i);
-    if (at < 0 || at >= type.numElements())
-      return ctx.error("index " + llvm::Twine(at) + " is outside the input");
-    dx[at] += dy.getDouble(i);
+  std::vector<int64_t> o;
+  for (int64_t op = 0; op < outPix; ++op) {
+    unravel(op, outSp, o);
+    for (int64_t nc = 0; nc < NC; ++nc) {
+      double best = -std::numeric_limits<double>::infinity();
+      int64_t bestOff = -1;
+      forEachTap(win, inSp, inStr, o, [&](int64_t, int64_t off) {
+        double v = x.getDouble(nc * inPix + off);
+        if (v > best || bestOff < 0) {
+          best = v;
+          bestOff = off;
+        }
+      });
+      if (bestOff >= 0)
+        dx[nc * inPix + bestOff] += dy.getDouble(nc * outPix + op);
+    }
   }
   return one(fromAccumulator(type, dx));
 }

@@ -176,11 +176,13 @@ OpSchema shapedGrad(const char *name, const char *doc) {
 
 OpSchema maxPoolGrad() {
   OpSchema s = shapedGrad("MaxPoolGrad",
-                          "Gradient of MaxPool: each dY element is added at the position its "
-                          "forward Indices result names (flat indices into X).");
+                          "Gradient of MaxPool from its operand: each dY element is added at the "
+                          "position of its window's maximum in X, found as MaxPool finds it (the "
+                          "first maximum in window order), so no Indices need to be kept.");
   s.Input(0, "dY", "Gradient of Y", "T")
-      .Input(1, "Indices", "The forward op's Indices result", "I")
-      .TypeConstraint("I", {"tensor(int64)"}, "Indices");
+      .Input(1, "X", "The forward operand", "T")
+      .Attr("ceil_mode", "As the forward op", AttributeProto::INT, static_cast<int64_t>(0));
+  windowAttrs(s);
   return s;
 }
 

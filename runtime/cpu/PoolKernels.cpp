@@ -5,7 +5,8 @@
 // for 1 to 3 spatial axes. Window geometry is resolved once (auto_pad, pads,
 // dilations, strides; ceil_mode only shows in the output size) into per-axis
 // tables of the input positions each output position reads, so run() is
-// plain loops. Work is split by (n, c) planes; each plane is converted to
+// plain loops; MaxPoolGrad finds each window's maximum in X again, with the
+// forward kernel's own loop. Work is split by (n, c) planes; each plane is converted to
 // fp32 once and its results rounded once. Gradients accumulate in fp32 and
 // are rounded once.
 //
@@ -73,6 +74,32 @@ struct PoolGeometry {
     outPix = axis[0].out * axis[1].out * axis[2].out;
   }
 
+  /// The offset in a plane of x of the first maximum of output position
+  /// (a, b, c)'s window, in window order (NaN wins only as the first tap, as
+  /// `v > best` never holds for it), or -1 for an empty window. MaxPool and
+  /// MaxPoolGrad both choose through this, so they agree on ties.
+  int64_t argmax(const float *x, int64_t a, int64_t b, int64_t c, float &best) const {
+    const AxisTable &A = axis[0], &B = axis[1], &C = axis[2];
+    best = -std::numeric_limits<float>::infinity();
+    int64_t bestOff = -1;
+    for (int64_t i = 0; i < A.count[a]; ++i) {
+      int64_t pa = A.pos[A.begin[a] + i];
+      for (int64_t j = 0; j < B.count[b]; ++j) {
+        int64_t pb = B.pos[B.begin[b] + j];
+        const float *row = x + (pa * B.in + pb) * C.in;
+        const int64_t *pc = C.pos.data() + C.begin[c];
+        for (int64_t k = 0; k < C.count[c]; ++k) {
+          float v = row[pc[k]];
+          if (v > best || bestOff < 0) {
+            best = v;
+            bestOff = (pa * B.in + pb) * C.in + pc[k];
+          }
+        }
+      }
+    }
+    return bestOff;
+  }
+
   /// Calls fn(outIndex, (od, oh, ow)) for every output position.
   template <typename Fn> void forEachOutput(Fn &&fn) const {
     int64_t o = 0;
@@ -138,23 +165,8 @@ private:
     const AxisTable &A = g_.axis[0], &B = g_.axis[1], &C = g_.axis[2];
     g_.forEachOutput([&](int64_t o, int64_t a, int64_t b, int64_t c) {
       if (isMax_) {
-        float best = -std::numeric_limits<float>::infinity();
-        int64_t bestOff = -1;
-        for (int64_t i = 0; i < A.count[a]; ++i) {
-          int64_t pa = A.pos[A.begin[a] + i];
-          for (int64_t j = 0; j < B.count[b]; ++j) {
-            int64_t pb = B.pos[B.begin[b] + j];
-            const float *row = x + (pa * B.in + pb) * C.in;
-            const int64_t *pc = C.pos.data() + C.begin[c];
-            for (int64_t k = 0; k < C.count[c]; ++k) {
-              float v = row[pc[k]];
-              if (v > best || bestOff < 0) {
-                best = v;
-                bestOff = (pa * B.in + pb) * C.in + pc[k];
-              }
-            }
-          }
-        }
+        float best;
+        int64_t bestOff = g_.argmax(x, a, b, c, best);
         y[o] = best;
         if (ind)
           ind[o] = bestOff < 0 ? -1 : p * g_.inPix + flatIndex(bestOff);
@@ -284,43 +296,44 @@ std::unique_ptr<Kernel> createGlobalPool(const StepContext &ctx, std::string &er
 // Gradients
 //===----------------------------------------------------------------------===//
 
+/// dX of MaxPool from (dY, X): each window's maximum is found again in X
+/// (PoolGeometry::argmax, as the forward kernel chooses) and dY added there.
 std::unique_ptr<Kernel> createMaxPoolGrad(const StepContext &ctx, std::string &error) {
   if (!ctx.has(0) || !ctx.has(1) || ctx.outputs.empty() || !ctx.outputs[0].data) {
-    error = "MaxPoolGrad takes dY and Indices";
+    error = "MaxPoolGrad takes dY and X";
     return nullptr;
   }
-  if (!requireFloat(ctx, {0}, {0}, error))
+  if (!requireFloat(ctx, {0, 1}, {0}, error))
     return nullptr;
-  TensorArg dy = ctx.inputs[0], ind = ctx.inputs[1], dx = ctx.outputs[0];
-  if (ind.type != plan::I64 || ind.numel != dy.numel || dy.rank() < 2 || dx.rank() < 2 ||
-      dx.shape[0] * dx.shape[1] != dy.shape[0] * dy.shape[1]) {
-    error = "Indices must be int64 shaped like dY, dX [N, C, ...] like the forward input";
+  TensorArg dy = ctx.inputs[0], x = ctx.inputs[1], dx = ctx.outputs[0];
+  if (x.shape != dx.shape) {
+    error = "X and dX must have the same shape";
     return nullptr;
   }
-  int64_t NC = dy.shape[0] * dy.shape[1];
-  int64_t outPix = NC ? dy.numel / NC : 0, inPix = NC ? dx.numel / NC : 0;
+  PoolGeometry g;
+  if (!poolGeometry(ctx, dx.shape, dy.shape, g, error))
+    return nullptr;
+  int64_t NC = dx.shape[0] * dx.shape[1];
+  int64_t inPix = g.inPix, outPix = g.outPix;
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
-  size_t off = layout.add<float>((inPix + outPix) * ctx.pool.size() + 64);
+  size_t off = layout.add<float>((2 * inPix + outPix) * ctx.pool.size() + 64);
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
-  // Every index of a plane's dY points into the same plane of dX (MaxPool
-  // writes n * C * inPix + c * inPix + offset), so planes are independent.
-  // Indices outside their plane (not produced by MaxPool) are ignored.
   return std::make_unique<LambdaKernel>([=, &pool] {
     pool.parallelFor(NC, 1, [&](int64_t p0, int64_t p1, int range) {
-      float *buf = at<float>(scratch->data(), off) + range * (inPix + outPix);
+      float *buf = at<float>(scratch->data(), off) + range * (2 * inPix + outPix);
       for (int64_t p = p0; p < p1; ++p) {
         float *acc = rowOut(dx, p * inPix, buf);
         std::memset(acc, 0, inPix * sizeof(float));
-        const float *g = rowIn(dy, p * outPix, outPix, buf + inPix);
-        const int64_t *idx = ind.as<int64_t>() + p * outPix;
-        int64_t lo = p * inPix;
-        for (int64_t i = 0; i < outPix; ++i) {
-          int64_t at = idx[i] - lo;
-          if (at >= 0 && at < inPix)
-            acc[at] += g[i];
-        }
+        const float *xs = rowIn(x, p * inPix, inPix, buf + inPix);
+        const float *gy = rowIn(dy, p * outPix, outPix, buf + 2 * inPix);
+        g.forEachOutput([&](int64_t o, int64_t a, int64_t b, int64_t c) {
+          float best;
+          int64_t at = g.argmax(xs, a, b, c, best);
+          if (at >= 0)
+            acc[at] += gy[o];
+        });
         rowCommit(dx, p * inPix, inPix, acc);
       }
     });

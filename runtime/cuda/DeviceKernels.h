@@ -716,13 +716,14 @@ struct PoolArgs {
     MaxPool,        ///< output element: max (and Indices)
     AveragePool,    ///< output element
     AveragePoolGrad,///< dX element: gathers dY / divisor in output order
-    MaxPoolGrad     ///< (n, c) plane: scatters dY to Indices in output order
+    MaxPoolGrad     ///< (n, c) plane: adds dY at each window's maximum in X, in output order
   };
   const void *x = nullptr; ///< X, or dY for the gradients
   void *y = nullptr;       ///< Y, or dX
-  int64_t *indices = nullptr; ///< MaxPool's Indices (optional); MaxPoolGrad's input
+  int64_t *indices = nullptr; ///< MaxPool's Indices (optional)
+  const void *fwdX = nullptr; ///< MaxPoolGrad: the forward operand X
   float *acc = nullptr;       ///< MaxPoolGrad: fp32 planes when dX is not fp32
-  uint8_t xType = 0, yType = 0;
+  uint8_t xType = 0, yType = 0, fwdXType = 0;
   Mode mode = MaxPool;
   bool countPad = false, columnMajor = false;
   int64_t inPix = 0, outPix = 0; ///< per plane
@@ -731,13 +732,29 @@ struct PoolArgs {
   static AMPC_HD void run(const PoolArgs &a, int64_t i) {
     const Window &w = a.w;
     switch (a.mode) {
-    case MaxPool:
+    case MaxPool: {
+      int64_t p = i / a.outPix, o = i - p * a.outPix;
+      int64_t o2 = o % w.out[2], o1 = (o / w.out[2]) % w.out[1], o0 = o / (w.out[2] * w.out[1]);
+      const int64_t planeIn = p * a.inPix;
+      float best;
+      int64_t bestOff = argmax(w, a.x, a.xType, planeIn, o0, o1, o2, best);
+      storeFromFloat(a.yType, a.y, i, best);
+      if (a.indices) {
+        int64_t flat = bestOff;
+        if (a.columnMajor && bestOff >= 0) {
+          int64_t q2 = bestOff % w.in[2], q1 = (bestOff / w.in[2]) % w.in[1],
+                  q0 = bestOff / (w.in[2] * w.in[1]);
+          flat = columnMajorFlat(w, q0, q1, q2);
+        }
+        a.indices[i] = bestOff < 0 ? -1 : planeIn + flat;
+      }
+      return;
+    }
     case AveragePool: {
       int64_t p = i / a.outPix, o = i - p * a.outPix;
       int64_t o2 = o % w.out[2], o1 = (o / w.out[2]) % w.out[1], o0 = o / (w.out[2] * w.out[1]);
       const int64_t planeIn = p * a.inPix;
-      float best = -infinityF(), sum = 0;
-      int64_t bestOff = -1;
+      float sum = 0;
       for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
         int64_t p0 = o0 * w.stride[0] - w.padBegin[0] + k0 * w.dil[0];
         if (p0 < 0 || p0 >= w.in[0])
@@ -750,33 +767,13 @@ struct PoolArgs {
             int64_t p2 = o2 * w.stride[2] - w.padBegin[2] + k2 * w.dil[2];
             if (p2 < 0 || p2 >= w.in[2])
               continue;
-            int64_t off = (p0 * w.in[1] + p1) * w.in[2] + p2;
-            float v = loadAsFloat(a.xType, a.x, planeIn + off);
-            if (a.mode == AveragePool) {
-              sum += v;
-            } else if (v > best || bestOff < 0) {
-              best = v;
-              bestOff = off;
-            }
+            sum += loadAsFloat(a.xType, a.x, planeIn + (p0 * w.in[1] + p1) * w.in[2] + p2);
           }
         }
       }
-      if (a.mode == AveragePool) {
-        bool pad = a.countPad;
-        int64_t div = w.taps(0, o0, pad) * w.taps(1, o1, pad) * w.taps(2, o2, pad);
-        storeFromFloat(a.yType, a.y, i, sum / static_cast<float>(div));
-        return;
-      }
-      storeFromFloat(a.yType, a.y, i, best);
-      if (a.indices) {
-        int64_t flat = bestOff;
-        if (a.columnMajor && bestOff >= 0) {
-          int64_t q2 = bestOff % w.in[2], q1 = (bestOff / w.in[2]) % w.in[1],
-                  q0 = bestOff / (w.in[2] * w.in[1]);
-          flat = columnMajorFlat(w, q0, q1, q2);
-        }
-        a.indices[i] = bestOff < 0 ? -1 : planeIn + flat;
-      }
+      bool pad = a.countPad;
+      int64_t div = w.taps(0, o0, pad) * w.taps(1, o1, pad) * w.taps(2, o2, pad);
+      storeFromFloat(a.yType, a.y, i, sum / static_cast<float>(div));
       return;
     }
     case AveragePoolGrad: {
@@ -815,8 +812,10 @@ struct PoolArgs {
       for (int64_t k = 0; k < a.inPix; ++k)
         acc[k] = 0.0f;
       for (int64_t o = 0; o < a.outPix; ++o) {
-        int64_t at = a.indices[i * a.outPix + o] - lo;
-        if (at >= 0 && at < a.inPix)
+        int64_t o2 = o % w.out[2], o1 = (o / w.out[2]) % w.out[1], o0 = o / (w.out[2] * w.out[1]);
+        float best;
+        int64_t at = argmax(w, a.fwdX, a.fwdXType, lo, o0, o1, o2, best);
+        if (at >= 0)
           acc[at] += loadAsFloat(a.xType, a.x, i * a.outPix + o);
       }
       if (a.acc)
@@ -825,6 +824,38 @@ struct PoolArgs {
       return;
     }
     }
+  }
+
+  /// The offset in plane `planeIn` of x of the first maximum of output
+  /// position (o0, o1, o2)'s window, in window order, or -1 for an empty
+  /// window. MaxPool and MaxPoolGrad both choose through this (and the CPU
+  /// kernel's loop is the same), so they agree on ties and NaNs.
+  static AMPC_HD int64_t argmax(const Window &w, const void *x, uint8_t type, int64_t planeIn,
+                                int64_t o0, int64_t o1, int64_t o2, float &best) {
+    best = -infinityF();
+    int64_t bestOff = -1;
+    for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
+      int64_t p0 = o0 * w.stride[0] - w.padBegin[0] + k0 * w.dil[0];
+      if (p0 < 0 || p0 >= w.in[0])
+        continue;
+      for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
+        int64_t p1 = o1 * w.stride[1] - w.padBegin[1] + k1 * w.dil[1];
+        if (p1 < 0 || p1 >= w.in[1])
+          continue;
+        for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
+          int64_t p2 = o2 * w.stride[2] - w.padBegin[2] + k2 * w.dil[2];
+          if (p2 < 0 || p2 >= w.in[2])
+            continue;
+          int64_t off = (p0 * w.in[1] + p1) * w.in[2] + p2;
+          float v = loadAsFloat(type, x, planeIn + off);
+          if (v > best || bestOff < 0) {
+            best = v;
+            bestOff = off;
+          }
+        }
+      }
+    }
+    return bestOff;
   }
 
   /// MaxPool's Indices with storage_order = 1: column-major over the spatial

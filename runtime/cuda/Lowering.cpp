@@ -1549,28 +1549,34 @@ bool StepLowering::lowerPool(bool isMax, std::string &error) {
 }
 
 bool StepLowering::lowerMaxPoolGrad(std::string &error) {
-  Operand dy = input(0), ind = input(1), dx = output(0);
-  if (!dy.present() || !ind.present() || !dx.present()) {
-    error = "MaxPoolGrad takes dY and Indices";
+  Operand dy = input(0), x = input(1), dx = output(0);
+  if (!dy.present() || !x.present() || !dx.present()) {
+    error = "MaxPoolGrad takes dY and X";
     return false;
   }
-  if (!requireFloat({0}, {0}, error))
+  if (!requireFloat({0, 1}, {0}, error))
     return false;
-  if (ind.type != FusedElem::I64 || ind.numel != dy.numel || dy.rank() < 2 || dx.rank() < 2 ||
-      dx.shape[0] * dx.shape[1] != dy.shape[0] * dy.shape[1]) {
-    error = "Indices must be int64 shaped like dY, dX [N, C, ...] like the forward input";
+  if (x.shape != dx.shape) {
+    error = "X and dX must have the same shape";
     return false;
   }
   PoolArgs a;
+  if (!window(dx.shape, dy.shape, attrInts("kernel_shape"), a.w, error))
+    return false;
+  if (dx.shape[0] != dy.shape[0] || dx.shape[1] != dy.shape[1]) {
+    error = "dX and dY differ in N or C";
+    return false;
+  }
   a.mode = PoolArgs::MaxPoolGrad;
   int64_t NC = dy.shape[0] * dy.shape[1];
-  a.outPix = NC ? dy.numel / NC : 0;
-  a.inPix = NC ? dx.numel / NC : 0;
+  a.outPix = a.w.outPix();
+  a.inPix = a.w.inPix();
   a.x = dy.p;
   a.xType = dy.type;
+  a.fwdX = x.p;
+  a.fwdXType = x.type;
   a.y = dx.p;
   a.yType = dx.type;
-  a.indices = static_cast<int64_t *>(ind.p);
   if (dx.type != FusedElem::F32)
     a.acc = ws_.alloc<float>(dx.numel);
   kernel(KernelKind::Pool, a, NC);

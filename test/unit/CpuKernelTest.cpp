@@ -117,6 +117,18 @@ Generator boolsWith(double pTrue) {
   };
 }
 
+/// Integers in [0, n) as floats: few distinct values, so windows and rows
+/// hold ties.
+Generator levels(int n) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_int_distribution<int> u(0, n - 1);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+}
+
 /// A fixed value (shape inputs and the like).
 Generator fixed(std::vector<double> values) {
   return [=](const TensorType &t, std::mt19937_64 &) { return Tensor::fromDoubles(t, values); };
@@ -515,11 +527,15 @@ TEST(CpuKernel, GlobalPool) {
 TEST(CpuKernel, PoolGrads) {
   for (const PoolCase &c : kPoolCases) {
     std::string a = c.attrs;
-    // MaxPoolGrad on the Indices of a real MaxPool.
-    runAllTypes({"ampc.MaxPoolGrad",
-                 header(kAmpc) + "g (T" + c.x + " x, T" + c.y + " dy) => (T" + c.x +
-                     " dx) { y, i = MaxPool <" + a + "> (x)\n dx = ampc.MaxPoolGrad <shape = " +
-                     std::string(c.x) + "> (dy, i) }"});
+    // MaxPoolGrad from X, on random values and on a few levels (windows
+    // with tied maxima, where the first in window order must win).
+    for (bool ties : {false, true})
+      runAllTypes({"ampc.MaxPoolGrad",
+                   header(kAmpc) + "g (T" + c.x + " x, T" + c.y + " dy) => (T" + c.x +
+                       " dx) { dx = ampc.MaxPoolGrad <" + a + ", shape = " + std::string(c.x) +
+                       "> (dy, x) }",
+                   ties ? std::map<std::string, Generator>{{"x", levels(3)}}
+                        : std::map<std::string, Generator>{}});
     if (a.find("dilations") != std::string::npos)
       continue;
     for (const char *cip : {"0", "1"})

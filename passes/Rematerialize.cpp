@@ -1,14 +1,24 @@
-//===- Rematerialize.cpp - Recompute weight casts for the backward pass ----===//
+//===- Rematerialize.cpp - Recompute cheap values for the backward pass ----===//
 //
-// Autocast's weight casts (and the cheap data movement after them, such as
-// the Transpose of a MatMul weight) are needed twice: by the forward pass and
-// again by the backward pass. Kept alive in between, every low-precision copy
-// of a weight occupies memory through the whole step, which for wide layers
-// outweighs the activations themselves. Recomputing them is a cast of a
-// parameter, far cheaper than the GEMM it feeds: this pass gives the uses
-// after the loss their own copy, computed just before the first of them, so
-// the forward copy dies after the forward pass (the sublinear-memory idea of
-// Chen et al. 2016, applied to the cheapest values). It runs after the last
+// The backward pass reads values of the forward pass; every one it reads is
+// kept alive across the loss. Many are cheap to compute again from others:
+// autocast's casts (a weight's fp16 copy, the fp32 copy of an fp16 result),
+// elementwise chains (GELU's), layout changes, a softmax. This pass chooses
+// which values to keep and which to recompute in the backward pass so that
+// the bytes kept are the fewest, by the min-cut formulation of functorch's
+// rematerialization partitioner:
+//
+//   every forward value v is an edge v.in -> v.out whose capacity is the
+//   bytes of keeping it (0 for graph inputs, initializers and graph
+//   outputs: they stay alive anyway); v.out -> u.in for each forward use
+//   of v by u; source -> v.in for values that cannot be recomputed (the
+//   results of GEMMs, convolutions, reductions, normalizations, random
+//   ops...); v.out -> sink for values the backward pass reads.
+//
+// A minimum cut keeps the values whose edge it cuts; values beyond the cut
+// are recomputed, just before their first use in the backward pass, from
+// kept ones. Recomputing runs the same deterministic kernels on the same
+// inputs, so every number stays bitwise the same. It runs after the last
 // canonicalize of the training pipeline, since CSE would merge the copies.
 //
 //===----------------------------------------------------------------------===//
@@ -17,18 +27,123 @@
 #include "ampc/Passes/Training.h"
 #include "ampc/Support/Error.h"
 
-#include <functional>
+#include <algorithm>
+#include <limits>
+#include <queue>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace ampc {
 
 namespace {
 
-bool isCheapOp(const Node &n) {
-  return n.numOutputs() == 1 && (n.is("Cast") || n.is("Transpose") || n.is("Reshape") ||
-                                 n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") ||
-                                 n.is("Identity"));
+/// Ops worth recomputing: linear in their result's size, deterministic, one
+/// result. Everything else (GEMMs, convolutions, reductions, normalizations,
+/// losses, random ops, multi-result ops) is kept when the backward pass
+/// needs it.
+bool isRecomputable(const Node &n) {
+  static const std::set<std::string> kOps = {
+      // Casts and layout.
+      "Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand",
+      // Elementwise.
+      "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Pow", "Relu",
+      "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "Erf", "Softplus", "Softsign",
+      "Clip", "Where", "Not", "And", "Or", "Equal", "Less", "Greater", "LessOrEqual",
+      "GreaterOrEqual", "Max", "Min", "Sum", "Mean",
+      // Row-wise and cheap: recomputing a softmax is what attention kernels do.
+      "Softmax", "LogSoftmax"};
+  return n.domain().empty() && n.numOutputs() == 1 && n.output() && kOps.count(n.opType());
 }
+
+/// Dinic's maximum flow. After run(), reachesSink() tells the sink side of
+/// the minimum cut closest to the sink: among cuts of the fewest bytes, the
+/// one that recomputes the fewest values.
+class MaxFlow {
+public:
+  static constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
+
+  explicit MaxFlow(int nodes) : adj_(nodes), level_(nodes), next_(nodes) {}
+
+  void addEdge(int from, int to, int64_t capacity) {
+    adj_[from].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({to, capacity});
+    adj_[to].push_back(static_cast<int>(edges_.size()));
+    edges_.push_back({from, 0});
+  }
+
+  void run(int source, int sink) {
+    while (levels(source, sink)) {
+      std::fill(next_.begin(), next_.end(), 0);
+      while (push(source, sink, kInf) > 0) {
+      }
+    }
+    // The nodes from which the sink is still reachable in the residual graph.
+    toSink_.assign(adj_.size(), false);
+    std::queue<int> q;
+    toSink_[sink] = true;
+    q.push(sink);
+    while (!q.empty()) {
+      int v = q.front();
+      q.pop();
+      for (int e : adj_[v]) {
+        int from = edges_[e].to; // e ^ 1 is the edge from -> v
+        if (!toSink_[from] && edges_[e ^ 1].capacity > 0) {
+          toSink_[from] = true;
+          q.push(from);
+        }
+      }
+    }
+  }
+
+  bool reachesSink(int node) const { return toSink_[node]; }
+
+private:
+  struct Edge {
+    int to;
+    int64_t capacity;
+  };
+
+  bool levels(int source, int sink) {
+    std::fill(level_.begin(), level_.end(), -1);
+    std::queue<int> q;
+    level_[source] = 0;
+    q.push(source);
+    while (!q.empty()) {
+      int v = q.front();
+      q.pop();
+      for (int e : adj_[v])
+        if (edges_[e].capacity > 0 && level_[edges_[e].to] < 0) {
+          level_[edges_[e].to] = level_[v] + 1;
+          q.push(edges_[e].to);
+        }
+    }
+    return level_[sink] >= 0;
+  }
+
+  int64_t push(int v, int sink, int64_t limit) {
+    if (v == sink)
+      return limit;
+    for (size_t &i = next_[v]; i < adj_[v].size(); ++i) {
+      Edge &e = edges_[adj_[v][i]];
+      if (e.capacity <= 0 || level_[e.to] != level_[v] + 1)
+        continue;
+      int64_t pushed = push(e.to, sink, std::min(limit, e.capacity));
+      if (pushed > 0) {
+        e.capacity -= pushed;
+        edges_[adj_[v][i] ^ 1].capacity += pushed;
+        return pushed;
+      }
+    }
+    return 0;
+  }
+
+  std::vector<std::vector<int>> adj_;
+  std::vector<Edge> edges_;
+  std::vector<int> level_;
+  std::vector<size_t> next_;
+  std::vector<bool> toSink_;
+};
 
 class RematerializePass : public Pass {
 public:
@@ -39,61 +154,118 @@ public:
     Value *loss = lossName == g.metadata.end() ? nullptr : g.findValue(lossName->second);
     if (!loss || !loss->producer())
       return llvm::Error::success(); // not a training step: nothing is "after the loss"
+    std::vector<Node *> order = g.nodes();
     std::unordered_map<const Node *, size_t> position;
-    size_t index = 0;
-    for (const Node *n : g.nodes())
-      position[n] = index++;
+    for (size_t i = 0; i < order.size(); ++i)
+      position[order[i]] = i;
     size_t lossAt = position[loss->producer()];
+    auto isBackward = [&](const Node *n) { return position.at(n) > lossAt; };
 
-    // Values computed by cheap ops from parameters and constants only.
-    std::unordered_map<const Value *, bool> derived;
-    std::function<bool(const Value *)> fromParameters = [&](const Value *v) {
-      if (!v || v->isInitializer())
-        return true;
-      auto it = derived.find(v);
-      if (it != derived.end())
-        return it->second;
-      const Node *p = v->producer();
-      bool ok = p && isCheapOp(*p);
-      for (const Value *in : p ? p->inputs() : std::vector<Value *>{})
-        ok = ok && fromParameters(in);
-      return derived[v] = ok;
+    // Forward values the backward pass reads, and the values that can
+    // reach them through forward nodes.
+    std::vector<Value *> values;
+    std::unordered_map<const Value *, int> index;
+    auto addValue = [&](Value *v) {
+      if (v && !index.count(v)) {
+        index[v] = static_cast<int>(values.size());
+        values.push_back(v);
+      }
     };
+    for (Value *v : g.inputs())
+      addValue(v);
+    for (Value *v : g.initializers())
+      addValue(v);
+    for (size_t i = 0; i <= lossAt; ++i)
+      for (Value *v : order[i]->outputs())
+        addValue(v);
 
-    unsigned copies = 0;
-    for (Node *n : g.nodes()) {
-      Value *v = n->output(0);
-      if (!v || !isCheapOp(*n) || v->isInitializer() || !fromParameters(v) ||
-          position[n] > lossAt)
-        continue;
-      // Uses after the loss that would keep this copy alive.
+    int n = static_cast<int>(values.size());
+    int source = 2 * n, sink = 2 * n + 1;
+    MaxFlow flow(2 * n + 2);
+    std::vector<bool> neededByBackward(n, false);
+    for (int i = 0; i < n; ++i) {
+      Value *v = values[i];
+      const Node *p = v->producer();
+      bool free = !p || v->isGraphOutput();
+      flow.addEdge(2 * i, 2 * i + 1, free ? 0 : v->type().byteSize());
+      if (free || !isRecomputable(*p))
+        flow.addEdge(source, 2 * i, MaxFlow::kInf);
+      for (const Use &u : v->uses()) {
+        if (!position.count(u.user))
+          continue;
+        if (isBackward(u.user)) {
+          neededByBackward[i] = true;
+          continue;
+        }
+        for (Value *out : u.user->outputs())
+          if (out && index.count(out))
+            flow.addEdge(2 * i + 1, 2 * index[out], MaxFlow::kInf);
+      }
+      if (neededByBackward[i])
+        flow.addEdge(2 * i + 1, sink, MaxFlow::kInf);
+    }
+    flow.run(source, sink);
+
+    // Values wholly beyond the cut are recomputed; the kept ones are read.
+    std::unordered_set<const Value *> recompute;
+    uint64_t keptBefore = 0, keptAfter = 0;
+    for (int i = 0; i < n; ++i) {
+      Value *v = values[i];
+      uint64_t bytes = v->producer() && !v->isGraphOutput() ? v->type().byteSize() : 0;
+      if (neededByBackward[i])
+        keptBefore += bytes;
+      if (!flow.reachesSink(2 * i) && flow.reachesSink(2 * i + 1))
+        keptAfter += bytes;
+      if (flow.reachesSink(2 * i))
+        recompute.insert(v);
+    }
+
+    // Each recomputed value the backward pass reads gets its copy just before
+    // its first backward use. Copies are shared between chains, so values
+    // are handled in the order of those first uses: a shared copy is always
+    // made at the earlier point.
+    struct Root {
+      size_t firstUse;
+      Value *value;
       std::vector<Use> late;
-      for (const Use &u : v->uses())
-        if (position.count(u.user) && position[u.user] > lossAt)
-          late.push_back(u);
-      if (late.empty())
+    };
+    std::vector<Root> roots;
+    for (int i = 0; i < n; ++i) {
+      Value *v = values[i];
+      if (!neededByBackward[i] || !recompute.count(v))
         continue;
-      Node *first = late.front().user;
-      for (const Use &u : late)
-        if (position[u.user] < position[first])
-          first = u.user;
-      Graph::InsertionGuard guard(g, first);
-      std::unordered_map<const Value *, Value *> clones;
-      Value *copy = clone(g, v, clones);
-      for (const Use &u : late)
+      Root r{std::numeric_limits<size_t>::max(), v, {}};
+      for (const Use &u : v->uses())
+        if (position.count(u.user) && isBackward(u.user)) {
+          r.late.push_back(u);
+          r.firstUse = std::min(r.firstUse, position[u.user]);
+        }
+      roots.push_back(std::move(r));
+    }
+    std::stable_sort(roots.begin(), roots.end(),
+                     [](const Root &a, const Root &b) { return a.firstUse < b.firstUse; });
+    unsigned copies = 0;
+    std::unordered_map<const Value *, Value *> clones;
+    for (const Root &r : roots) {
+      Graph::InsertionGuard guard(g, order[r.firstUse]);
+      Value *copy = clone(g, r.value, recompute, clones, copies);
+      for (const Use &u : r.late)
         u.user->setInput(u.operand, copy);
-      ++copies;
     }
     if (copies)
       ctx.addReport("remat", "remat: " + std::to_string(copies) +
-                                 " weight copies recomputed for the backward pass");
+                                 " values recomputed for the backward pass, which now reads " +
+                                 std::to_string(keptAfter) + " bytes of forward values instead of " +
+                                 std::to_string(keptBefore));
     return llvm::Error::success();
   }
 
 private:
-  /// A copy of the cheap chain computing v, at the insertion point.
-  Value *clone(Graph &g, Value *v, std::unordered_map<const Value *, Value *> &clones) {
-    if (v->isInitializer())
+  /// A copy of the chain computing v from kept values, at the insertion
+  /// point; copies made earlier (at an earlier point) are shared.
+  Value *clone(Graph &g, Value *v, const std::unordered_set<const Value *> &recompute,
+               std::unordered_map<const Value *, Value *> &clones, unsigned &copies) {
+    if (!recompute.count(v))
       return v;
     auto it = clones.find(v);
     if (it != clones.end())
@@ -101,10 +273,11 @@ private:
     const Node *p = v->producer();
     std::vector<Value *> inputs;
     for (Value *in : p->inputs())
-      inputs.push_back(in ? clone(g, in, clones) : nullptr);
+      inputs.push_back(in ? clone(g, in, recompute, clones, copies) : nullptr);
     Node *n = g.createNode(p->opType(), inputs, {v->type()}, p->attributes(),
                            p->name().empty() ? "" : p->name() + "/remat", p->domain(),
                            {v->name() + ".remat"});
+    ++copies;
     return clones[v] = n->output();
   }
 };
@@ -113,8 +286,9 @@ private:
 
 void registerRematerializePass() {
   PassRegistry::add({"remat",
-                     "Recompute weight casts (and cheap ops on them) for the backward pass "
-                     "instead of keeping the forward copies alive",
+                     "Recompute cheap forward values (casts, elementwise chains, layout, "
+                     "softmax) in the backward pass where that keeps fewer bytes alive across "
+                     "the loss (a minimum cut)",
                      {},
                      "",
                      [](const PassOptions &) { return std::make_unique<RematerializePass>(); }});

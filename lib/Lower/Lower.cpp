@@ -669,7 +669,9 @@ private:
   }
 
   /// Bytes of arena values written before the step that computes the loss
-  /// and read after it: the activations kept for the backward pass.
+  /// and read after it: the activations kept for the backward pass. Program
+  /// inputs are not among them: they are fed, not computed, and keep their
+  /// bytes for the whole program whether the backward pass reads them or not.
   void countSavedActivations(const plan::Program &prog, const std::vector<int> &start,
                              const std::vector<int> &end) {
     auto loss = p_.info().find("output.loss");
@@ -682,10 +684,13 @@ private:
           lossStep = s;
     if (lossStep < 0)
       return;
+    std::unordered_set<int> inputs;
+    for (const plan::Binding &b : prog.inputs())
+      inputs.insert(rootOf(b.tensor()));
     uint64_t saved = 0;
     for (int i = 0; i < p_.tensors_size(); ++i) {
       const plan::Tensor &t = p_.tensors(i);
-      if (t.storage() != plan::ARENA || t.has_view_of() || start[i] < 0)
+      if (t.storage() != plan::ARENA || t.has_view_of() || start[i] < 0 || inputs.count(i))
         continue;
       if (start[i] < lossStep && end[i] > lossStep)
         saved += rt::planTensorBytes(t);

@@ -44,8 +44,10 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
   const Case &c = GetParam();
   std::string autocast =
       std::string(c.precision) == "fp32" ? "" : std::string("autocast{dtype=") + c.precision + "},";
+  // The --train pipeline: recomputed values and cached casts included.
   std::string pipeline = "canonicalize," + autocast +
-                         "autodiff,loss-scale,optimizer{optimizer=adamw lr=0.01},canonicalize";
+                         "autodiff,loss-scale,optimizer{optimizer=adamw lr=0.01},canonicalize," +
+                         (autocast.empty() ? "" : "cast-cache,") + "remat";
   StepRunner oracle;
   ASSERT_TRUE(oracle.compile(loadFixtureModel(c.fixture), pipeline));
   const Graph &g = oracle.graph();

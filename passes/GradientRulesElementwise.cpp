@@ -58,9 +58,105 @@ void powGrad(B &b) {
   }
 }
 
+/// Y = max(A, B) (Min alike), two operands.  dA = dY where A wins, dB = dY
+/// where B wins, and a tie gives each half of dY (torch.maximum / minimum).
+void maxMinGrad(B &b, bool isMax) {
+  if (b.node().numInputs() != 2) {
+    b.fail("the gradient of " + b.node().opType() + " is defined for two operands, not " +
+           std::to_string(b.node().numInputs()));
+    return;
+  }
+  Value *x0 = b.x(0), *x1 = b.x(1), *dy = b.dY();
+  Value *zero = b.scalarLike(0.0, dy);
+  Value *onTie = b.op("Where", {b.op("Equal", {x0, x1}), b.scale(dy, 0.5), zero});
+  auto share = [&](unsigned i, const char *wins) {
+    if (!b.wantsGrad(i))
+      return;
+    Value *g = b.op("Where", {b.op(wins, {x0, x1}), dy, onTie});
+    b.setGrad(i, b.sumToShape(g, b.x(i)->shape()));
+  };
+  share(0, isMax ? "Greater" : "Less");
+  share(1, isMax ? "Less" : "Greater");
+}
+
+/// Where(X > 0, dY, negative): the gradient of activations that are the
+/// identity for positive X.
+Value *positivePassThrough(B &b, Value *negative) {
+  return b.op("Where", {b.op("Greater", {b.x(0), b.scalarLike(0.0, b.x(0))}), b.dY(), negative});
+}
+
 } // namespace
 
 void registerElementwiseGradients(GradientRegistry &r) {
+  /// Y = clip(X, min, max).  dX = dY where min <= X <= max (as torch.clamp:
+  /// a value at a bound passes the gradient); the bounds get none.
+  r.add("Clip", {0}, [](B &b) {
+    Value *x = b.x(0), *outside = nullptr;
+    if (b.node().numInputs() > 1 && b.x(1))
+      outside = b.op("Less", {x, b.x(1)});
+    if (b.node().numInputs() > 2 && b.x(2)) {
+      Value *above = b.op("Greater", {x, b.x(2)});
+      outside = outside ? b.op("Or", {outside, above}) : above;
+    }
+    b.setGrad(0, outside ? b.op("Where", {outside, b.scalarLike(0.0, b.dY()), b.dY()}) : b.dY());
+  });
+
+  r.add("Max", {0, 1}, [](B &b) { maxMinGrad(b, /*isMax=*/true); });
+  r.add("Min", {0, 1}, [](B &b) { maxMinGrad(b, /*isMax=*/false); });
+
+  /// Y = ln(1 + exp(X)).  dX = dY * sigmoid(X).
+  r.add("Softplus", {0}, [](B &b) { b.setGrad(0, b.mul(b.dY(), b.op("Sigmoid", {b.x(0)}))); });
+
+  /// Y = X / (1 + |X|).  dX = dY / (1 + |X|)^2.
+  r.add("Softsign", {0}, [](B &b) {
+    Value *d = b.add(b.scalarLike(1.0, b.x(0)), b.op("Abs", {b.x(0)}));
+    b.setGrad(0, b.div(b.dY(), b.mul(d, d)));
+  });
+
+  /// Y = X if X > 0 else alpha (exp(X) - 1).  dX = dY if X > 0 else
+  /// dY (Y + alpha).
+  r.add("Elu", {0}, [](B &b) {
+    double alpha = b.node().getFloat("alpha", 1.0);
+    b.setGrad(0, positivePassThrough(b, b.mul(b.dY(), b.add(b.y(), b.scalarLike(alpha, b.y())))));
+  });
+
+  /// Y = gamma X if X > 0 else gamma alpha (exp(X) - 1).  dX = gamma dY if
+  /// X > 0 else dY (Y + gamma alpha).
+  r.add("Selu", {0}, [](B &b) {
+    double alpha = b.node().getFloat("alpha", 1.67326319217681884765625);
+    double gamma = b.node().getFloat("gamma", 1.05070102214813232421875);
+    Value *x = b.x(0);
+    Value *negative = b.mul(b.dY(), b.add(b.y(), b.scalarLike(alpha * gamma, b.y())));
+    b.setGrad(0, b.op("Where", {b.op("Greater", {x, b.scalarLike(0.0, x)}), b.scale(b.dY(), gamma),
+                                negative}));
+  });
+
+  /// Y = clip(alpha X + beta, 0, 1).  dX = alpha dY where 0 < Y < 1.
+  r.add("HardSigmoid", {0}, [](B &b) {
+    double alpha = b.node().getFloat("alpha", 0.2);
+    Value *y = b.y();
+    Value *inside = b.op("And", {b.op("Greater", {y, b.scalarLike(0.0, y)}),
+                                 b.op("Less", {y, b.scalarLike(1.0, y)})});
+    b.setGrad(0, b.op("Where", {inside, b.scale(b.dY(), alpha), b.scalarLike(0.0, b.dY())}));
+  });
+
+  /// Y = X if X > 0 else slope X.  dX = dY if X > 0 else slope dY;
+  /// dSlope = dY X where X <= 0, summed to the slope's shape (torch.prelu).
+  r.add("PRelu", {0, 1}, [](B &b) {
+    Value *x = b.x(0), *slope = b.x(1);
+    if (b.wantsGrad(0))
+      b.setGrad(0, positivePassThrough(b, b.mul(b.dY(), slope)));
+    if (b.wantsGrad(1)) {
+      Value *positive = b.op("Greater", {x, b.scalarLike(0.0, x)});
+      Value *ds = b.op("Where", {positive, b.scalarLike(0.0, b.dY()), b.mul(b.dY(), x)});
+      b.setGrad(1, b.sumToShape(ds, slope->shape()));
+    }
+  });
+
+  /// Y = sin(X).  dX = dY cos(X);  Y = cos(X).  dX = -dY sin(X).
+  r.add("Sin", {0}, [](B &b) { b.setGrad(0, b.mul(b.dY(), b.op("Cos", {b.x(0)}))); });
+  r.add("Cos", {0}, [](B &b) { b.setGrad(0, b.neg(b.mul(b.dY(), b.op("Sin", {b.x(0)})))); });
+
   /// Y = A + B.  dA = dY, dB = dY (summed over broadcast axes).
   r.add("Add", {0, 1}, [](B &b) {
     for (unsigned i : {0u, 1u})

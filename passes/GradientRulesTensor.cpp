@@ -150,9 +150,127 @@ void reduceGrad(B &b, bool mean) {
   b.setGrad(0, b.expand(dy, xs));
 }
 
+/// The reductions whose gradient reads X and Y: dX = dY * local, with dY and
+/// Y reshaped to keep the reduced axes (keepdims=0 drops them) so they
+/// broadcast against X. `local(x, y, axes)` gives the local derivative.
+template <typename Local> void reduceWithResultGrad(B &b, Local local) {
+  bool ok;
+  auto axes = reducedAxes(b, ok);
+  if (!ok)
+    return;
+  if (!axes) {
+    b.setGrad(0, b.dY());
+    return;
+  }
+  Shape kept = b.x(0)->shape();
+  for (int64_t a : *axes)
+    kept[a] = 1;
+  Value *dy = b.reshape(b.dY(), kept), *y = b.reshape(b.y(), kept);
+  b.setGrad(0, local(b.x(0), y, dy, *axes));
+}
+
+/// Y = max (min) of X over axes.  dY goes to the elements equal to Y, split
+/// evenly among ties (torch.amax / amin).
+Value *maxMinLocal(B &b, Value *x, Value *y, Value *dy, const std::vector<int64_t> &axes) {
+  Value *wins = b.op("Equal", {x, y});
+  Value *count = b.reduceSum(b.cast(wins, x->dtype()), axes, /*keepDims=*/true);
+  return b.op("Where", {wins, b.div(dy, count), b.scalarLike(0.0, dy)});
+}
+
+/// Y = tile(X, repeats).  dX = dY viewed as [r0, d0, r1, d1, ...] and summed
+/// over the repeat axes.
+void tileGrad(B &b) {
+  const Tensor *repeats = B::constantData(b.x(1));
+  if (!repeats) {
+    b.fail("the repeats operand must be a constant");
+    return;
+  }
+  const Shape &xs = b.x(0)->shape();
+  std::vector<int64_t> r = repeats->toInt64s();
+  Shape split;
+  std::vector<int64_t> repeatAxes;
+  for (size_t d = 0; d < xs.size(); ++d) {
+    repeatAxes.push_back(static_cast<int64_t>(split.size()));
+    split.push_back(r[d]);
+    split.push_back(xs[d]);
+  }
+  b.setGrad(0, b.reduceSum(b.reshape(b.dY(), split), repeatAxes, /*keepDims=*/false));
+}
+
+/// Y = pad(X) with a constant.  dX = the slice of dY where X lies. Negative
+/// pads (cropping) and the reflect / edge modes are refused.
+void padGrad(B &b) {
+  std::string mode = b.node().getString("mode", "constant");
+  if (mode != "constant") {
+    b.fail("the gradient of Pad is defined for mode 'constant', not '" + mode + "'");
+    return;
+  }
+  const Tensor *padsData = B::constantData(b.x(1));
+  if (!padsData) {
+    b.fail("the pads operand must be a constant");
+    return;
+  }
+  if (b.node().numInputs() > 3 && b.x(3)) {
+    b.fail("Pad with an axes operand is not supported");
+    return;
+  }
+  const Shape &xs = b.x(0)->shape();
+  std::vector<int64_t> pads = padsData->toInt64s(), starts, ends, axes;
+  int64_t rank = static_cast<int64_t>(xs.size());
+  for (int64_t d = 0; d < rank; ++d) {
+    if (pads[d] < 0 || pads[rank + d] < 0) {
+      b.fail("the gradient of Pad with negative pads (cropping) is not supported");
+      return;
+    }
+    starts.push_back(pads[d]);
+    ends.push_back(pads[d] + xs[d]);
+    axes.push_back(d);
+  }
+  b.setGrad(0, b.op("Slice", {b.dY(), b.ints(starts), b.ints(ends), b.ints(axes)}));
+}
+
 } // namespace
 
 void registerTensorGradients(GradientRegistry &r) {
+  r.add("ReduceMax", {0}, [](B &b) {
+    reduceWithResultGrad(b, [&](Value *x, Value *y, Value *dy, const std::vector<int64_t> &a) {
+      return maxMinLocal(b, x, y, dy, a);
+    });
+  });
+  r.add("ReduceMin", {0}, [](B &b) {
+    reduceWithResultGrad(b, [&](Value *x, Value *y, Value *dy, const std::vector<int64_t> &a) {
+      return maxMinLocal(b, x, y, dy, a);
+    });
+  });
+  /// Y = sum of X^2.  dX = 2 X dY.
+  r.add("ReduceSumSquare", {0}, [](B &b) {
+    reduceWithResultGrad(b, [&](Value *x, Value *, Value *dy, const std::vector<int64_t> &) {
+      return b.mul(dy, b.scale(x, 2.0));
+    });
+  });
+  /// Y = sum of |X|.  dX = sign(X) dY.
+  r.add("ReduceL1", {0}, [](B &b) {
+    reduceWithResultGrad(b, [&](Value *x, Value *, Value *dy, const std::vector<int64_t> &) {
+      return b.mul(dy, b.op("Sign", {x}));
+    });
+  });
+  /// Y = sqrt(sum of X^2).  dX = X / Y dY, and 0 where Y = 0 (torch.norm).
+  r.add("ReduceL2", {0}, [](B &b) {
+    reduceWithResultGrad(b, [&](Value *x, Value *y, Value *dy, const std::vector<int64_t> &) {
+      Value *zero = b.scalarLike(0.0, y);
+      Value *g = b.mul(dy, b.div(x, y));
+      return b.op("Where", {b.op("Equal", {y, zero}), b.scalarLike(0.0, g), g});
+    });
+  });
+  /// Y = log(sum of exp(X)).  dX = exp(X - Y) dY.
+  r.add("ReduceLogSumExp", {0}, [](B &b) {
+    reduceWithResultGrad(b, [&](Value *x, Value *y, Value *dy, const std::vector<int64_t> &) {
+      return b.mul(dy, b.op("Exp", {b.sub(x, y)}));
+    });
+  });
+  r.add("Tile", {0}, tileGrad);
+  r.add("Pad", {0}, padGrad);
+
   // Shape operands (Reshape's shape, Squeeze's axes...) are integers: they
   // stop gradients by type.
   for (const char *op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze"})

@@ -30,7 +30,7 @@ using namespace ampc::test;
 namespace {
 
 struct Case {
-  const char *fixture; ///< test/fixtures/<name>, or "zoo" (zooModel below)
+  const char *fixture; ///< test/fixtures/<name>, or "zoo" / "reductions" (models below)
   const char *precision;
 };
 
@@ -69,10 +69,47 @@ std::string zooModel() {
          "}\n";
 }
 
+/// Pad, Tile and every reduction whose gradient reads its result, between
+/// two MatMuls.
+std::string reductionsModel() {
+  auto values = [](int n, double scale) {
+    std::string s;
+    for (int i = 0; i < n; ++i)
+      s += (i ? ", " : "") + std::to_string(scale * std::cos(1.3 * i + 0.2));
+    return s;
+  };
+  return "<ir_version: 8, opset_import: [\"\" : 17]>\n"
+         "reductions (float[4,8] input, float[4,8] target) => (float loss)\n"
+         "<float[8,8] w1 = {" + values(64, 0.5) + "}, float[8,8] w2 = {" + values(64, 0.3) +
+         "}, int64[4] pads = {0, 1, 0, 1}, float pad_value = {0.25}, int64[2] repeats = {1, 2}>\n"
+         "{\n"
+         "  h = MatMul (input, w1)\n"
+         "  p = Pad (h, pads, pad_value)\n"
+         "  t = Tile (p, repeats)\n"
+         "  mx = ReduceMax <axes = [1]> (t)\n"
+         "  l2 = ReduceL2 <axes = [1]> (t)\n"
+         "  ss = ReduceSumSquare <axes = [1]> (h)\n"
+         "  l1 = ReduceL1 <axes = [1]> (h)\n"
+         "  lse = ReduceLogSumExp <axes = [1]> (h)\n"
+         "  mn = ReduceMin <axes = [1]> (h)\n"
+         "  z = Sum (mx, l2, ss, l1, lse, mn)\n"
+         "  y = Mul (h, z)\n"
+         "  o = MatMul (y, w2)\n"
+         "  diff = Sub (o, target)\n"
+         "  sq = Mul (diff, diff)\n"
+         "  loss = ReduceMean <keepdims = 0> (sq)\n"
+         "}\n";
+}
+
+bool isInline(const Case &c) {
+  return std::string(c.fixture) == "zoo" || std::string(c.fixture) == "reductions";
+}
+
 std::unique_ptr<Graph> caseModel(const Case &c) {
-  if (std::string(c.fixture) != "zoo")
+  if (!isInline(c))
     return loadFixtureModel(c.fixture);
-  auto g = importModelText(zooModel(), "zoo");
+  auto g = importModelText(std::string(c.fixture) == "zoo" ? zooModel() : reductionsModel(),
+                           c.fixture);
   if (!g) {
     ADD_FAILURE() << llvm::toString(g.takeError());
     return nullptr;
@@ -81,7 +118,7 @@ std::unique_ptr<Graph> caseModel(const Case &c) {
 }
 
 std::map<std::string, Tensor> caseBatch(const Case &c) {
-  if (std::string(c.fixture) != "zoo")
+  if (!isInline(c))
     return loadFixtureInputs(c.fixture);
   std::vector<double> in(32), target(32);
   for (int i = 0; i < 32; ++i) {
@@ -142,8 +179,8 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
   // Parameters with analytically vanishing gradients (FixtureUtil.h) are
   // driven by rounding noise under AdamW: leave those elements out, and the
   // running statistics they move.
-  auto noise = std::string(c.fixture) == "zoo" ? std::map<std::string, std::vector<bool>>()
-                                               : noiseGradients(c.fixture);
+  auto noise = isInline(c) ? std::map<std::string, std::vector<bool>>()
+                           : noiseGradients(c.fixture);
   bool noisy = false;
   for (const auto &[k, mask] : noise)
     noisy = noisy || std::count(mask.begin(), mask.end(), true) > 0;
@@ -218,7 +255,8 @@ TEST(PlanValidation, RejectsWideningAFloatOutput) {
 const Case kCases[] = {{"mlp", "fp32"},         {"mlp", "fp16"},         {"mlp", "bf16"},
                        {"cnn", "fp32"},         {"cnn", "fp16"},         {"cnn", "bf16"},
                        {"transformer", "fp32"}, {"transformer", "fp16"}, {"transformer", "bf16"},
-                       {"zoo", "fp32"},         {"zoo", "fp16"},         {"zoo", "bf16"}};
+                       {"zoo", "fp32"},         {"zoo", "fp16"},         {"zoo", "bf16"},
+                       {"reductions", "fp32"},  {"reductions", "fp16"},  {"reductions", "bf16"}};
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlanVsInterpreter, ::testing::ValuesIn(kCases),
                          [](const auto &info) {

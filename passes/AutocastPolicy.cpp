@@ -39,7 +39,7 @@ const char *const kDenyOps[] = {
 const char *const kInferOps[] = {"Add",      "Sub",         "Mul",     "Div",
                                  "Sum",      "Mean",        "Sqrt",    "Sigmoid",
                                  "Tanh",     "Erf",         "Elu",     "Selu",
-                                 "LeakyRelu", "PRelu",      "HardSigmoid", "Clip",
+                                 "LeakyRelu", "PRelu",      "HardSigmoid", "HardSwish", "Clip",
                                  "AveragePool", "GlobalAveragePool", "BatchNormalization"};
 
 // Ops that compute nothing that rounding could change: data movement,

@@ -140,6 +140,17 @@ void registerElementwiseGradients(GradientRegistry &r) {
     b.setGrad(0, b.op("Where", {inside, b.scale(b.dY(), alpha), b.scalarLike(0.0, b.dY())}));
   });
 
+  /// Y = X hardSigmoid(X) (alpha 1/6, beta 0.5).  dX = 0 where X < -3, dY
+  /// where X > 3, and dY (X/3 + 1/2) between (torch.nn.Hardswish).
+  r.add("HardSwish", {0}, [](B &b) {
+    Value *x = b.x(0);
+    Value *middle = b.add(b.scale(x, 1.0 / 3.0), b.scalarLike(0.5, x));
+    Value *local = b.op("Where", {b.op("Greater", {x, b.scalarLike(3.0, x)}),
+                                  b.scalarLike(1.0, x), middle});
+    local = b.op("Where", {b.op("Less", {x, b.scalarLike(-3.0, x)}), b.scalarLike(0.0, x), local});
+    b.setGrad(0, b.mul(b.dY(), local));
+  });
+
   /// Y = X if X > 0 else slope X.  dX = dY if X > 0 else slope dY;
   /// dSlope = dY X where X <= 0, summed to the slope's shape (torch.prelu).
   r.add("PRelu", {0, 1}, [](B &b) {

@@ -48,7 +48,7 @@ bool isRecomputable(const Node &n) {
       "Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand",
       // Elementwise.
       "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Pow", "Relu",
-      "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "Erf", "Softplus", "Softsign",
+      "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Softplus", "Softsign",
       "Clip", "Where", "Not", "And", "Or", "Equal", "Less", "Greater", "LessOrEqual",
       "GreaterOrEqual", "Max", "Min", "Sum", "Mean",
       // Row-wise and cheap: recomputing a softmax is what attention kernels do.

@@ -31,7 +31,7 @@ TEST(AutocastPolicy, DefaultLists) {
                    "SoftmaxCrossEntropyLoss", "Softplus", "Tan", "TopK"}));
   EXPECT_EQ(p.entries(PrecisionClass::Infer),
             (Names{"Add", "AveragePool", "BatchNormalization", "Clip", "Div", "Elu", "Erf",
-                   "GlobalAveragePool", "HardSigmoid", "LeakyRelu", "Mean", "Mul", "PRelu",
+                   "GlobalAveragePool", "HardSigmoid", "HardSwish", "LeakyRelu", "Mean", "Mul", "PRelu",
                    "Selu", "Sigmoid", "Sqrt", "Sub", "Sum", "Tanh"}));
   EXPECT_EQ(p.entries(PrecisionClass::Clear),
             (Names{"Abs", "Concat", "Dropout", "Equal", "Expand", "Flatten", "Gather",

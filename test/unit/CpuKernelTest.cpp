@@ -830,6 +830,42 @@ TEST(CpuKernel, ExpandTilePad) {
 }
 
 //===----------------------------------------------------------------------===//
+// The fused elementwise kernel, one op at a time
+//===----------------------------------------------------------------------===//
+
+/// Every float op of the fused kernel (runtime/include/ampc/rt/FusedEval.h)
+/// alone in a step, against the interpreter: unary ops on [-3, 3] (positive
+/// where the op needs it), binary ops with broadcasting, comparisons to bool.
+TEST(CpuKernel, FusedOps) {
+  std::map<std::string, Generator> none;
+  std::map<std::string, Generator> positive{{"x", uniformIn(0.1, 4.0)}};
+  std::map<std::string, Generator> wide{{"x", uniformIn(-3.0, 3.0)}};
+  for (const char *op : {"Neg", "Abs", "Exp", "Relu", "Sigmoid", "Tanh", "Erf", "Floor", "Ceil",
+                         "Round", "Sign", "Sin", "Cos", "Softplus", "Softsign", "LeakyRelu", "Elu",
+                         "Selu", "HardSigmoid", "HardSwish"})
+    runAllTypes({op, header() + "g (T[5,7] x) => (T[5,7] y) { y = " + std::string(op) + " (x) }",
+                 wide});
+  for (const char *op : {"Log", "Sqrt", "Reciprocal"})
+    runAllTypes({op, header() + "g (T[5,7] x) => (T[5,7] y) { y = " + std::string(op) + " (x) }",
+                 positive});
+  for (const char *op : {"Add", "Sub", "Mul", "Max", "Min", "PRelu"})
+    runAllTypes({op, header() + "g (T[5,7] x, T[7] z) => (T[5,7] y) { y = " + std::string(op) +
+                         " (x, z) }"});
+  runAllTypes({"Div", header() + "g (T[5,7] x, T[5,1] z) => (T[5,7] y) { y = Div (x, z) }",
+               {{"z", uniformIn(0.5, 2.0)}}});
+  runAllTypes({"Pow", header() + "g (T[5,7] x, T[7] z) => (T[5,7] y) { y = Pow (x, z) }",
+               {{"x", uniformIn(0.1, 3.0)}, {"z", uniformIn(-2.0, 2.0)}}});
+  for (const char *op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+    runAllTypes({op, header() + "g (T[5,7] x, T[5,1] z) => (bool[5,7] y) { y = " + std::string(op) +
+                         " (x, z) }",
+                 {{"x", levels(3)}, {"z", levels(3)}}});
+  runAllTypes({"Clip", header() + "g (T[5,7] x, T lo, T hi) => (T[5,7] y) { y = Clip (x, lo, hi) }",
+               {{"lo", fixed({-0.5})}, {"hi", fixed({0.25})}}});
+  runAllTypes({"Where", header() + "g (bool[5,7] c, T[5,7] x, T[7] z) => (T[5,7] y) { y = Where (c, x, z) }",
+               {{"c", boolsWith(0.5)}}});
+}
+
+//===----------------------------------------------------------------------===//
 // Elementwise ops the fused kernel does not take
 //===----------------------------------------------------------------------===//
 

@@ -196,6 +196,7 @@ TEST(ElementMath, OperatorDefinitions) {
     ASSERT_TRUE(near(math::selu(x, 1.6732632f, 1.050701f),
                      x > 0 ? 1.050701f * xd : 1.050701f * (1.6732632f * std::exp(xd) - 1.6732632f)));
     ASSERT_TRUE(near(math::hardSigmoid(x, 0.2f, 0.5f), std::clamp(0.2f * xd + 0.5, 0.0, 1.0)));
+    ASSERT_TRUE(near(math::hardSwish(x), xd * std::clamp(xd / 6 + 0.5, 0.0, 1.0))) << x;
     ASSERT_EQ(math::sign(x), static_cast<float>((x > 0) - (x < 0)));
     ASSERT_EQ(math::maxNaN(x, y), std::max(x, y));
     ASSERT_EQ(math::minNaN(x, y), std::min(x, y));

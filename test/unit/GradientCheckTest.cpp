@@ -112,6 +112,7 @@ std::vector<Case> cases() {
       {"Softsign", "", "(double[3,4] x) => (double[?,?] y) { y = Softsign (x) }", {{"x", {-3.0, 3.0}}}},
       {"Elu", "alpha 0.7", "(double[3,4] x) => (double[?,?] y) { y = Elu <alpha = 0.7> (x) }", {{"x", {-2.0, 2.0}}}},
       {"Selu", "defaults", "(double[3,4] x) => (double[?,?] y) { y = Selu (x) }", {{"x", {-2.0, 2.0}}}},
+      {"HardSwish", "", "(double[3,4] x) => (double[?,?] y) { y = HardSwish (x) }", {{"x", {-5.0, 5.0}}}},
       {"HardSigmoid", "defaults", "(double[3,4] x) => (double[?,?] y) { y = HardSigmoid (x) }", {{"x", {-4.0, 4.0}}}},
       {"PRelu", "per-channel slope", "(double[2,3,4] x, double[3,1] s) => (double[?,?,?] y) { y = PRelu (x, s) }"},
       {"Sin", "", "(double[3,4] x) => (double[?,?] y) { y = Sin (x) }", {{"x", {-3.0, 3.0}}}},

@@ -35,7 +35,7 @@ struct Case {
 };
 
 /// Every activation whose gradient rule composes elementwise ops (Clip,
-/// PRelu, Max, Min, Elu, Selu, HardSigmoid, Softplus, Softsign, Sin, Cos)
+/// PRelu, Max, Min, Elu, Selu, HardSigmoid, HardSwish, Softplus, Softsign, Sin, Cos)
 /// between two MatMuls, with an MSE loss.
 std::string zooModel() {
   auto values = [](int n, double scale) {
@@ -61,7 +61,8 @@ std::string zooModel() {
          "  q = Softsign (f)\n"
          "  r = Sin (g)\n"
          "  t = Cos (p)\n"
-         "  z = Sum (q, r, t)\n"
+         "  hs = HardSwish (h)\n"
+         "  z = Sum (q, r, t, hs)\n"
          "  y = MatMul (z, w2)\n"
          "  diff = Sub (y, target)\n"
          "  sq = Mul (diff, diff)\n"

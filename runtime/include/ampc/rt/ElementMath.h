@@ -115,6 +115,11 @@ template <typename T> AMPC_HD T hardSigmoid(T x, T alpha, T beta) {
   T v = alpha * x + beta;
   return v < T(0) ? T(0) : (v > T(1) ? T(1) : v);
 }
+/// x * hardSigmoid(x) with ONNX's fixed alpha = 1/6, beta = 0.5.
+template <typename T> AMPC_HD T hardSwish(T x) {
+  T v = x / T(6) + T(0.5);
+  return x * (v < T(0) ? T(0) : (v > T(1) ? T(1) : v));
+}
 template <typename T> AMPC_HD T sign(T x) {
   return x != x ? x : T((x > T(0)) - (x < T(0)));
 }

@@ -111,6 +111,8 @@ AMPC_HD R fusedScalar(const FusedParams &p, R x, R y, R z) {
     return selu(x, R(p.alpha), R(p.gamma));
   else if constexpr (Op == FusedOp::HardSigmoid)
     return hardSigmoid(x, R(p.alpha), R(p.beta));
+  else if constexpr (Op == FusedOp::HardSwish)
+    return hardSwish(x);
   else if constexpr (Op == FusedOp::Not)
     return x == R(0) ? R(1) : R(0);
   else if constexpr (Op == FusedOp::IsNaN)
@@ -172,9 +174,9 @@ AMPC_HD R fusedScalar(const FusedParams &p, R x, R y, R z) {
 #define AMPC_FUSED_OPS(X)                                                                          \
   X(Identity) X(Neg) X(Abs) X(Exp) X(Log) X(Sqrt) X(Reciprocal) X(Relu) X(Sigmoid) X(Tanh)         \
   X(Erf) X(Floor) X(Ceil) X(Round) X(Sign) X(Sin) X(Cos) X(Softplus) X(Softsign) X(LeakyRelu)      \
-  X(Elu) X(Selu) X(HardSigmoid) X(Cast) X(Not) X(IsNaN) X(IsInf) X(Add) X(Sub) X(Mul) X(Div)       \
-  X(Pow) X(Max) X(Min) X(PRelu) X(Equal) X(Less) X(LessOrEqual) X(Greater) X(GreaterOrEqual)       \
-  X(And) X(Or) X(Xor) X(Where) X(Clip) X(ReluGrad) X(SigmoidGrad) X(TanhGrad)
+  X(Elu) X(Selu) X(HardSigmoid) X(HardSwish) X(Cast) X(Not) X(IsNaN) X(IsInf) X(Add) X(Sub)       \
+  X(Mul) X(Div) X(Pow) X(Max) X(Min) X(PRelu) X(Equal) X(Less) X(LessOrEqual) X(Greater)          \
+  X(GreaterOrEqual) X(And) X(Or) X(Xor) X(Where) X(Clip) X(ReluGrad) X(SigmoidGrad) X(TanhGrad)
 
 template <typename R>
 AMPC_HD R fusedEval(FusedOp op, const FusedParams &p, R x, R y, R z) {

@@ -17,7 +17,8 @@ namespace ampc::rt {
 enum class FusedOp : uint8_t {
   // Unary.
   Identity, Neg, Abs, Exp, Log, Sqrt, Reciprocal, Relu, Sigmoid, Tanh, Erf, Floor, Ceil, Round,
-  Sign, Sin, Cos, Softplus, Softsign, LeakyRelu, Elu, Selu, HardSigmoid, Cast, Not, IsNaN, IsInf,
+  Sign, Sin, Cos, Softplus, Softsign, LeakyRelu, Elu, Selu, HardSigmoid, HardSwish, Cast, Not, IsNaN,
+  IsInf,
   // Binary.
   Add, Sub, Mul, Div, Pow, Max, Min, PRelu, Equal, Less, LessOrEqual, Greater, GreaterOrEqual,
   And, Or, Xor,
@@ -48,7 +49,8 @@ inline constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::Cos, "Cos", 1},               {FusedOp::Softplus, "Softplus", 1},
     {FusedOp::Softsign, "Softsign", 1},     {FusedOp::LeakyRelu, "LeakyRelu", 1},
     {FusedOp::Elu, "Elu", 1},               {FusedOp::Selu, "Selu", 1},
-    {FusedOp::HardSigmoid, "HardSigmoid", 1}, {FusedOp::Cast, "Cast", 1},
+    {FusedOp::HardSigmoid, "HardSigmoid", 1}, {FusedOp::HardSwish, "HardSwish", 1},
+    {FusedOp::Cast, "Cast", 1},
     {FusedOp::Not, "Not", 1},               {FusedOp::IsNaN, "IsNaN", 1},
     {FusedOp::IsInf, "IsInf", 1},           {FusedOp::Add, "Add", 2},
     {FusedOp::Sub, "Sub", 2},               {FusedOp::Mul, "Mul", 2},

@@ -20,6 +20,7 @@
 #include "ampc/Passes/Passes.h"
 #include "ampc/Passes/Training.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -50,6 +51,11 @@ public:
     }
     unsigned cached = 0;
     for (auto &[key, nodes] : casts) {
+      // A cast the model outputs must show this step's value, not the copy
+      // the update refreshes in place: leave such a parameter's casts alone.
+      if (std::any_of(nodes.begin(), nodes.end(),
+                      [](const Node *n) { return n->output()->isGraphOutput(); }))
+        continue;
       Value *param = g.findValue(key.first);
       cacheCasts(g, param, nextOf.at(param), key.second, nodes);
       ++cached;

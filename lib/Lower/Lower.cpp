@@ -181,18 +181,64 @@ private:
     auto lossIt = g_.metadata.find(std::string(kInfoPrefix) + "output.loss");
     std::string loss = lossIt == g_.metadata.end() ? "" : lossIt->second;
     ProgramSpec accumulate{"accumulate", {}, {}, {}}, apply{"apply", {}, {}, {}};
-    std::vector<const Value *> accRoots, applyRoots;
+    // The accumulation buffers and the loss run every micro-batch; so does
+    // anything else computed from the forward pass (BatchNormalization's
+    // running statistics, extra model outputs), as in PyTorch, where they
+    // change with every forward. The rest (the optimizer, loss scaling) runs
+    // once, in apply, from the accumulated gradients.
+    std::vector<const StateBinding *> states;
+    std::vector<const Value *> outputs;
+    std::vector<bool> stateInAcc, outputInAcc;
+    std::vector<const Value *> accRoots;
     for (const StateBinding &b : g_.stateBindings) {
-      bool isAcc = accStates.count(b.state->name());
-      (isAcc ? accumulate : apply).updates.push_back(b);
-      (isAcc ? accRoots : applyRoots).push_back(b.updated);
+      states.push_back(&b);
+      stateInAcc.push_back(accStates.count(b.state->name()) > 0);
+      if (stateInAcc.back())
+        accRoots.push_back(b.updated);
     }
     for (const Value *v : plainOutputs) {
-      bool isLoss = v->name() == loss;
-      (isLoss ? accumulate : apply).outputs.push_back(v);
-      (isLoss ? accRoots : applyRoots).push_back(v);
+      outputs.push_back(v);
+      outputInAcc.push_back(v->name() == loss);
+      if (outputInAcc.back())
+        accRoots.push_back(v);
     }
     accumulate.nodes = slice(accRoots);
+    std::unordered_set<const Node *> forward(accumulate.nodes.begin(), accumulate.nodes.end());
+    auto readsForward = [&](const Value *root) {
+      for (const Node *n : slice({root}))
+        if (forward.count(n))
+          return true;
+      return false;
+    };
+    for (bool grew = true; grew;) {
+      grew = false;
+      auto join = [&](const Value *root, std::vector<bool> &inAcc, size_t i) {
+        if (inAcc[i] || !readsForward(root))
+          return;
+        inAcc[i] = true;
+        accRoots.push_back(root);
+        grew = true;
+      };
+      for (size_t i = 0; i < states.size(); ++i)
+        join(states[i]->updated, stateInAcc, i);
+      for (size_t i = 0; i < outputs.size(); ++i)
+        join(outputs[i], outputInAcc, i);
+      if (grew) {
+        accumulate.nodes = slice(accRoots);
+        forward.insert(accumulate.nodes.begin(), accumulate.nodes.end());
+      }
+    }
+    std::vector<const Value *> applyRoots;
+    for (size_t i = 0; i < states.size(); ++i) {
+      (stateInAcc[i] ? accumulate : apply).updates.push_back(*states[i]);
+      if (!stateInAcc[i])
+        applyRoots.push_back(states[i]->updated);
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      (outputInAcc[i] ? accumulate : apply).outputs.push_back(outputs[i]);
+      if (!outputInAcc[i])
+        applyRoots.push_back(outputs[i]);
+    }
     apply.nodes = slice(applyRoots);
     std::unordered_set<const Node *> inAcc(accumulate.nodes.begin(), accumulate.nodes.end());
     for (const Node *n : apply.nodes) {
@@ -677,10 +723,16 @@ private:
     auto loss = p_.info().find("output.loss");
     if (loss == p_.info().end())
       return;
+    // The loss output's binding: the loss itself, or the narrow value it
+    // widens when the loss was reduced in low precision.
+    int lossTensor = -1;
+    for (const plan::Binding &b : prog.outputs())
+      if (b.name() == loss->second)
+        lossTensor = rootOf(b.tensor());
     int lossStep = -1;
     for (int s = 0; s < prog.steps_size() && lossStep < 0; ++s)
       for (int id : prog.steps(s).outputs())
-        if (id >= 0 && p_.tensors(id).name() == loss->second)
+        if (id >= 0 && rootOf(id) == lossTensor)
           lossStep = s;
     if (lossStep < 0)
       return;

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -74,27 +75,55 @@ public:
     return run(batch, std::vector<const Value *>(g_->outputs().begin(), g_->outputs().end()));
   }
 
-  /// The values a program of an accumulating step computes (see
-  /// lib/Lower/Lower.cpp: states listed in kAccumulateStatesKey and the loss
-  /// belong to "accumulate", everything else to "apply").
+  /// The values a program of an accumulating step computes, split as
+  /// lib/Lower/Lower.cpp splits them: the states listed in
+  /// kAccumulateStatesKey, the loss, and every other state update or output
+  /// computed from the forward pass belong to "accumulate"; the rest to
+  /// "apply".
   std::vector<const Value *> program(bool accumulate) {
     std::string states = g_->metadata.at(kAccumulateStatesKey) + ",";
     std::string loss = g_->metadata.at(std::string(kInfoPrefix) + "output.loss");
     std::set<const Value *> updated;
-    std::vector<const Value *> out;
+    std::vector<std::pair<const Value *, bool>> roots; // value, in accumulate
     for (const StateBinding &b : g_->stateBindings) {
       updated.insert(b.updated);
-      bool isAcc = states.find(b.state->name() + ",") != std::string::npos;
-      if (isAcc == accumulate)
-        out.push_back(b.updated);
+      roots.push_back({b.updated, states.find(b.state->name() + ",") != std::string::npos});
     }
     for (const Value *v : g_->outputs())
-      if (!updated.count(v) && (v->name() == loss) == accumulate)
+      if (!updated.count(v))
+        roots.push_back({v, v->name() == loss});
+    for (bool grew = true; grew;) {
+      grew = false;
+      std::set<const Node *> forward;
+      for (const auto &[v, acc] : roots)
+        if (acc)
+          collect(v, forward);
+      for (auto &[v, acc] : roots) {
+        std::set<const Node *> mine;
+        collect(v, mine);
+        bool readsForward = std::any_of(mine.begin(), mine.end(),
+                                        [&](const Node *n) { return forward.count(n) > 0; });
+        if (!acc && readsForward)
+          acc = grew = true;
+      }
+    }
+    std::vector<const Value *> out;
+    for (const auto &[v, acc] : roots)
+      if (acc == accumulate)
         out.push_back(v);
     return out;
   }
 
 private:
+  /// The nodes computing v.
+  static void collect(const Value *v, std::set<const Node *> &nodes) {
+    const Node *n = v ? v->producer() : nullptr;
+    if (!n || !nodes.insert(n).second)
+      return;
+    for (const Value *in : n->inputs())
+      collect(in, nodes);
+  }
+
   std::unique_ptr<Graph> g_;
   std::map<std::string, Tensor> state_;
 };

@@ -13,6 +13,7 @@ void registerAllPasses() {
     registerAutocastPass();
     registerAutodiffPass();
     registerCanonicalizePass();
+    registerDecomposePass();
     registerConstantFoldPass();
     registerCSEPass();
     registerDeadCodeEliminationPass();

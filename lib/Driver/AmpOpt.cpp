@@ -69,7 +69,7 @@ cl::opt<std::string> precision(
 
 cl::opt<bool> train(
     "train",
-    cl::desc("Build the whole training step: canonicalize, autocast (with --precision=fp16|bf16), "
+    cl::desc("Build the whole training step: canonicalize, decompose, autocast (with --precision=fp16|bf16), "
              "autodiff, accumulate (with --accumulate=N), loss-scale, optimizer, canonicalize, "
              "cast-cache (fp16/bf16, unless --no-cast-cache), remat. "
              "--loss-scale=..., --optimizer=... and --accumulate=... then set those stages"),
@@ -206,6 +206,8 @@ llvm::Error buildTrainPipeline(PassManager &pm,
     return pm.addPass(name, withForwardedOptions(name, options));
   };
   if (auto err = add("canonicalize", ""))
+    return err;
+  if (auto err = add("decompose", ""))
     return err;
   if (precision == "fp16" || precision == "bf16")
     if (auto err = add("autocast", "dtype=" + precision.getValue()))

@@ -294,6 +294,69 @@ KernelResult tileKernel(const KernelContext &ctx) {
   return one(std::move(y));
 }
 
+/// Resize, mode "nearest": each output coordinate is mapped to the input by
+/// coordinate_transformation_mode, then to an element by nearest_mode,
+/// clamped to the input. (Linear and cubic modes are not implemented.)
+KernelResult resizeKernel(const KernelContext &ctx) {
+  const Tensor &x = *ctx.in(0);
+  std::string mode = ctx.node.getString("mode", "nearest");
+  if (mode != "nearest")
+    return ctx.error("mode '" + mode + "' is not implemented (nearest is)");
+  std::string ctm = ctx.node.getString("coordinate_transformation_mode", "half_pixel");
+  std::string nearest = ctx.node.getString("nearest_mode", "round_prefer_floor");
+  if (ctm == "tf_crop_and_resize")
+    return ctx.error("coordinate_transformation_mode 'tf_crop_and_resize' is not implemented");
+  Tensor y = ctx.out();
+  size_t rank = x.shape().size();
+  const Tensor *scalesIn = ctx.numInputs() > 2 ? ctx.in(2) : nullptr;
+  std::vector<double> scales(rank);
+  for (size_t d = 0; d < rank; ++d)
+    scales[d] = scalesIn && scalesIn->size() == static_cast<int64_t>(rank)
+                    ? scalesIn->getDouble(d)
+                    : double(y.shape()[d]) / double(x.shape()[d]);
+  // The input index each output index reads, per axis.
+  std::vector<std::vector<int64_t>> source(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t in = x.shape()[d], out = y.shape()[d];
+    for (int64_t i = 0; i < out; ++i) {
+      double c;
+      if (ctm == "half_pixel")
+        c = (i + 0.5) / scales[d] - 0.5;
+      else if (ctm == "pytorch_half_pixel")
+        c = out > 1 ? (i + 0.5) / scales[d] - 0.5 : 0.0;
+      else if (ctm == "align_corners")
+        c = out > 1 ? i * double(in - 1) / double(out - 1) : 0.0;
+      else if (ctm == "asymmetric")
+        c = i / scales[d];
+      else if (ctm == "tf_half_pixel_for_nn")
+        c = (i + 0.5) / scales[d];
+      else
+        return ctx.error("coordinate_transformation_mode '" + ctm + "' is not implemented");
+      double r;
+      if (nearest == "floor")
+        r = std::floor(c);
+      else if (nearest == "ceil")
+        r = std::ceil(c);
+      else if (nearest == "round_prefer_ceil")
+        r = c - std::floor(c) == 0.5 ? std::ceil(c) : std::round(c);
+      else if (nearest == "round_prefer_floor")
+        r = c - std::floor(c) == 0.5 ? std::floor(c) : std::round(c);
+      else
+        return ctx.error("nearest_mode '" + nearest + "' is not implemented");
+      source[d].push_back(std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1));
+    }
+  }
+  auto xs = stridesOf(x.shape());
+  std::vector<int64_t> idx;
+  for (int64_t f = 0; f < y.size(); ++f) {
+    unravel(f, y.shape(), idx);
+    for (size_t d = 0; d < rank; ++d)
+      idx[d] = source[d][idx[d]];
+    copyElem(x, ravel(idx, xs), y, f);
+  }
+  return one(std::move(y));
+}
+
 KernelResult padKernel(const KernelContext &ctx) {
   const Tensor &x = *ctx.in(0);
   int64_t rank = x.type().rank();
@@ -442,6 +505,7 @@ void registerTensorKernels(KernelTable &t) {
   t.add("Expand", expandKernel);
   t.add("Tile", tileKernel);
   t.add("Pad", padKernel);
+  t.add("Resize", resizeKernel);
   t.add("Range", rangeKernel);
   t.add("Dropout", dropoutKernel);
   t.add("OneHot", oneHotKernel);

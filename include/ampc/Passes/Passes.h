@@ -23,6 +23,8 @@ void registerDeadCodeEliminationPass();
 void registerCSEPass();
 void registerSimplifyPass();
 void registerCanonicalizePass();
+// Ops rewritten into ops with kernels and gradient rules (passes/Decompose.cpp).
+void registerDecomposePass();
 // Training (ampc/Passes/Autodiff.h).
 void registerAutodiffPass();
 // Mixed precision (ampc/Passes/Autocast.h).

@@ -1,0 +1,137 @@
+//===- DecomposeTest.cpp - Decompositions compute what the op computes -----===//
+//
+// The decompose pass rewrites InstanceNormalization and nearest Resize into
+// other ops; the reference interpreter runs each op itself, so the rewritten
+// graph must give its results (in double, up to the rounding of a different
+// order of operations) on random inputs, including every coordinate mapping
+// the pass claims picks in[floor(i / s)].
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampc/Interpreter/Interpreter.h"
+#include "ampc/ONNX/Import.h"
+#include "ampc/Pass/Pass.h"
+#include "ampc/Passes/Passes.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+using namespace ampc;
+
+namespace {
+
+std::unique_ptr<Graph> parse(const std::string &text) {
+  auto g = importModelText(text, "test");
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return nullptr;
+  }
+  return std::move(*g);
+}
+
+/// Runs `body` (with input x of `xType` and output y) before and after the
+/// decompose pass and compares the results; returns whether the op was
+/// rewritten (when it was not, there is nothing to compare).
+bool checkDecomposition(const std::string &xType, const std::string &yType,
+                        const std::string &body, const std::string &op) {
+  std::string text = "<ir_version: 8, opset_import: [\"\" : 17]>\ng (double" + xType +
+                     " x) => (double" + yType + " y) {\n" + body + "\n}";
+  SCOPED_TRACE(text);
+  auto original = parse(text), rewritten = parse(text);
+  if (!original || !rewritten)
+    return false;
+  registerAllPasses();
+  PassManager pm;
+  PassContext ctx;
+  if (auto err = pm.addPipeline("canonicalize,decompose")) {
+    ADD_FAILURE() << llvm::toString(std::move(err));
+    return false;
+  }
+  if (auto err = pm.run(*rewritten, ctx)) {
+    ADD_FAILURE() << llvm::toString(std::move(err));
+    return false;
+  }
+  bool stillThere = false;
+  for (const Node *n : rewritten->nodes())
+    stillThere = stillThere || n->is(op);
+  if (stillThere)
+    return false; // nothing to compare (and the interpreter lacks linear Resize)
+
+  const TensorType &xt = original->inputs()[0]->type();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> normal;
+  std::vector<double> xs(xt.numElements());
+  for (double &v : xs)
+    v = normal(rng);
+  std::map<std::string, Tensor> feeds{{"x", Tensor::fromDoubles(xt, xs)}};
+  auto want = Interpreter(*original).run(feeds);
+  auto got = Interpreter(*rewritten).run(feeds);
+  if (!want || !got) {
+    ADD_FAILURE() << (want ? llvm::toString(got.takeError()) : llvm::toString(want.takeError()));
+    return false;
+  }
+  std::vector<double> a = (*want)[0].toDoubles(), b = (*got)[0].toDoubles();
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-12 * std::max(1.0, std::fabs(a[i]))) << "element " << i;
+  return true;
+}
+
+} // namespace
+
+TEST(Decompose, InstanceNormalization) {
+  EXPECT_TRUE(checkDecomposition(
+      "[2,3,4,5]", "[2,3,4,5]",
+      "s = Constant <value = double[3] {1.0, 0.5, -2.0}> ()\n"
+      "b = Constant <value = double[3] {0.1, 0.2, -0.3}> ()\n"
+      "y = InstanceNormalization <epsilon = 0.01> (x, s, b)",
+      "InstanceNormalization"));
+  EXPECT_TRUE(checkDecomposition("[2,3,7]", "[2,3,7]",
+                                 "s = Constant <value = double[3] {1.0, 2.0, 3.0}> ()\n"
+                                 "b = Constant <value = double[3] {0.0, 0.0, 1.0}> ()\n"
+                                 "y = InstanceNormalization (x, s, b)",
+                                 "InstanceNormalization"));
+}
+
+TEST(Decompose, ResizeNearestIntegerFactors) {
+  struct Mapping {
+    const char *ctm, *nearest;
+  };
+  for (Mapping m : {Mapping{"asymmetric", "floor"}, Mapping{"half_pixel", "round_prefer_floor"}})
+    for (int s : {2, 3, 4}) {
+      std::string scale = std::to_string(s) + ".0";
+      std::string out = "[1,2," + std::to_string(3 * s) + "," + std::to_string(5 * s) + "]";
+      EXPECT_TRUE(checkDecomposition(
+          "[1,2,3,5]", out,
+          "sc = Constant <value = float[4] {1.0, 1.0, " + scale + ", " + scale + "}> ()\n" +
+              "y = Resize <mode = \"nearest\", coordinate_transformation_mode = \"" + m.ctm +
+              "\", nearest_mode = \"" + m.nearest + "\"> (x, , sc)",
+          "Resize"))
+          << m.ctm << " " << m.nearest << " x" << s;
+    }
+  // Sizes instead of scales, one axis only.
+  EXPECT_TRUE(checkDecomposition("[1,2,3,5]", "[1,2,3,10]",
+                                 "sz = Constant <value = int64[4] {1, 2, 3, 10}> ()\n"
+                                 "y = Resize <mode = \"nearest\", coordinate_transformation_mode = "
+                                 "\"asymmetric\", nearest_mode = \"floor\"> (x, , , sz)",
+                                 "Resize"));
+}
+
+/// Forms that pick other elements stay Resize nodes.
+TEST(Decompose, LeavesOtherResizeForms) {
+  EXPECT_FALSE(checkDecomposition("[1,1,3,3]", "[1,1,6,6]",
+                                  "sc = Constant <value = float[4] {1.0, 1.0, 2.0, 2.0}> ()\n"
+                                  "y = Resize <mode = \"linear\"> (x, , sc)",
+                                  "Resize"));
+  EXPECT_FALSE(checkDecomposition("[1,1,3,3]", "[1,1,6,6]",
+                                  "sc = Constant <value = float[4] {1.0, 1.0, 2.0, 2.0}> ()\n"
+                                  "y = Resize <mode = \"nearest\", coordinate_transformation_mode = "
+                                  "\"asymmetric\", nearest_mode = \"round_prefer_ceil\"> (x, , sc)",
+                                  "Resize"));
+  EXPECT_FALSE(checkDecomposition("[1,1,2,2]", "[1,1,5,5]",
+                                  "sc = Constant <value = float[4] {1.0, 1.0, 2.5, 2.5}> ()\n"
+                                  "y = Resize <mode = \"nearest\", coordinate_transformation_mode = "
+                                  "\"asymmetric\", nearest_mode = \"floor\"> (x, , sc)",
+                                  "Resize"));
+}

@@ -13,7 +13,14 @@
 //   "half_pixel" with "round_prefer_floor" (ONNX's defaults), which pick the
 //   same input element out[i] = in[floor(i / s)]
 //     -> Reshape to [d0, 1, d1, 1, ...], Expand to [d0, s0, d1, s1, ...],
-//        Reshape to [d0 s0, d1 s1, ...].
+//        Reshape to [d0 s0, d1 s1, ...];
+//   ConvTranspose (any strides, pads, output_padding, dilations, groups,
+//   auto_pad, output_shape)
+//     -> a stride-1 Conv of the input with s - 1 zeros stuffed between its
+//        elements (Reshape, Pad, Reshape, Slice), padded or cropped, with the
+//        weights flipped and their channels exchanged per group (Reshape,
+//        Transpose, Reshape, Slice with step -1). This spends s^d more
+//        multiply-adds than a direct kernel would: correctness first.
 //
 // Other forms stay as they are (and a missing kernel or rule reports them).
 //
@@ -21,6 +28,8 @@
 
 #include "ampc/Passes/Passes.h"
 
+#include <algorithm>
+#include <limits>
 #include <optional>
 
 namespace ampc {
@@ -39,6 +48,8 @@ public:
         done = instanceNorm(n);
       else if (n->is("Resize"))
         done = resizeNearest(n);
+      else if (n->is("ConvTranspose"))
+        done = convTranspose(n);
       rewritten += done;
     }
     return rewritten;
@@ -179,6 +190,143 @@ private:
     return true;
   }
 
+  Value *op(const std::string &opType, const std::vector<Value *> &inputs, const Shape &shape,
+            DType dtype, const std::string &name, std::map<std::string, Attribute> attrs = {}) {
+    return make(opType, inputs, TensorType(dtype, shape), name, std::move(attrs))->output();
+  }
+
+  /// Slice of v over `axes` from `starts` to `ends` with `steps`.
+  Value *slice(Value *v, const std::vector<int64_t> &starts, const std::vector<int64_t> &ends,
+               const std::vector<int64_t> &axes, const std::vector<int64_t> &steps,
+               const Shape &shape, const std::string &name) {
+    return op("Slice", {v, ints(name + "_starts", starts), ints(name + "_ends", ends),
+                        ints(name + "_axes", axes), ints(name + "_steps", steps)},
+              shape, v->dtype(), name);
+  }
+
+  /// ConvTranspose as a stride-1 convolution: the input with s - 1 zeros
+  /// stuffed between its elements, padded by (k - 1) d - pad at the start
+  /// (cropped where negative) and to the output's extent at the end,
+  /// convolved with the weights flipped spatially and with input and output
+  /// channels exchanged per group. y[o] = sum over k of
+  /// z[o + pad - k d] w[k], which is ConvTranspose's definition.
+  bool convTranspose(Node *n) {
+    Value *x = n->input(0), *w = n->input(1);
+    Value *bias = n->numInputs() > 2 ? n->input(2) : nullptr;
+    if (!x || !w || !n->output() || n->numOutputs() != 1)
+      return false;
+    const Shape &xs = x->shape(), &ws = w->shape(), &ys = n->output()->shape();
+    size_t sp = xs.size() < 3 ? 0 : xs.size() - 2;
+    if (sp == 0 || ws.size() != xs.size() || ys.size() != xs.size())
+      return false;
+    int64_t group = n->getInt("group", 1), C = xs[1], M = ws[1] * group;
+    if (group <= 0 || C % group || ws[0] != C || ys[1] != M)
+      return false;
+    std::vector<int64_t> strides = n->getInts("strides", std::vector<int64_t>(sp, 1));
+    std::vector<int64_t> dil = n->getInts("dilations", std::vector<int64_t>(sp, 1));
+    std::vector<int64_t> pads = n->getInts("pads", std::vector<int64_t>(2 * sp, 0));
+    std::vector<int64_t> outPad = n->getInts("output_padding", std::vector<int64_t>(sp, 0));
+    std::string autoPad = n->getString("auto_pad", "NOTSET");
+    if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || outPad.size() != sp)
+      return false;
+    // The start padding, as the reference interpreter resolves it.
+    std::vector<int64_t> padBegin(pads.begin(), pads.begin() + sp);
+    if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER" || n->hasAttr("output_shape"))
+      for (size_t d = 0; d < sp; ++d) {
+        int64_t total = strides[d] * (xs[2 + d] - 1) + outPad[d] + (ws[2 + d] - 1) * dil[d] + 1 -
+                        ys[2 + d];
+        padBegin[d] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        if (autoPad == "NOTSET")
+          padBegin[d] = total / 2;
+      }
+    std::string base = n->name().empty() ? n->output()->name() : n->name();
+    DType t = x->dtype();
+    Graph::InsertionGuard guard(g_, n);
+
+    // 1. Stuff s - 1 zeros between elements: [N, C, i0, 1, i1, 1, ...] padded
+    //    to [N, C, i0, s0, ...], merged, and the trailing zeros cut.
+    Value *z = x;
+    bool strided = std::any_of(strides.begin(), strides.end(), [](int64_t v) { return v > 1; });
+    if (strided) {
+      Shape spread{xs[0], xs[1]}, padded{xs[0], xs[1]}, merged{xs[0], xs[1]}, stuffed{xs[0], xs[1]};
+      std::vector<int64_t> padsSpread(2 * (2 + 2 * sp), 0), axes, ends;
+      for (size_t d = 0; d < sp; ++d) {
+        spread.insert(spread.end(), {xs[2 + d], 1});
+        padded.insert(padded.end(), {xs[2 + d], strides[d]});
+        merged.push_back(xs[2 + d] * strides[d]);
+        stuffed.push_back((xs[2 + d] - 1) * strides[d] + 1);
+        padsSpread[(2 + 2 * sp) + 3 + 2 * d] = strides[d] - 1; // end of the size-1 axis
+        axes.push_back(static_cast<int64_t>(2 + d));
+        ends.push_back(stuffed.back());
+      }
+      z = op("Reshape", {z, ints(base + "/spread_shape", spread)}, spread, t, base + "/spread");
+      z = op("Pad", {z, ints(base + "/stuff_pads", padsSpread)}, padded, t, base + "/stuff");
+      z = op("Reshape", {z, ints(base + "/merge_shape", merged)}, merged, t, base + "/merge");
+      z = slice(z, std::vector<int64_t>(sp, 0), ends, axes, std::vector<int64_t>(sp, 1), stuffed,
+                base + "/trim");
+    }
+    // 2. Pad (or crop) to what a stride-1 convolution needs.
+    Shape zs = z->shape();
+    std::vector<int64_t> cropStart(sp), cropEnd(sp), padStart(sp), padEnd(sp), axes(sp);
+    bool crop = false, pad = false;
+    for (size_t d = 0; d < sp; ++d) {
+      int64_t k = (ws[2 + d] - 1) * dil[d];
+      int64_t before = k - padBegin[d];
+      int64_t after = ys[2 + d] + k - before - zs[2 + d];
+      axes[d] = static_cast<int64_t>(2 + d);
+      cropStart[d] = std::max<int64_t>(0, -before);
+      cropEnd[d] = zs[2 + d] - std::max<int64_t>(0, -after);
+      padStart[d] = std::max<int64_t>(0, before);
+      padEnd[d] = std::max<int64_t>(0, after);
+      crop = crop || cropStart[d] > 0 || cropEnd[d] < zs[2 + d];
+      pad = pad || padStart[d] > 0 || padEnd[d] > 0;
+    }
+    if (crop) {
+      Shape cs = zs;
+      for (size_t d = 0; d < sp; ++d)
+        cs[2 + d] = cropEnd[d] - cropStart[d];
+      z = slice(z, cropStart, cropEnd, axes, std::vector<int64_t>(sp, 1), cs, base + "/crop");
+    }
+    if (pad) {
+      Shape ps = z->shape();
+      std::vector<int64_t> all(2 * (2 + sp), 0);
+      for (size_t d = 0; d < sp; ++d) {
+        ps[2 + d] += padStart[d] + padEnd[d];
+        all[2 + d] = padStart[d];
+        all[(2 + sp) + 2 + d] = padEnd[d];
+      }
+      z = op("Pad", {z, ints(base + "/pads", all)}, ps, t, base + "/pad");
+    }
+    // 3. Weights [C, M/g, k...] -> [g, C/g, M/g, k...] -> [g, M/g, C/g, k...]
+    //    -> [M, C/g, k...], flipped over the spatial axes.
+    Shape grouped{group, C / group, M / group}, swapped{group, M / group, C / group},
+        convW{M, C / group};
+    std::vector<int64_t> perm{0, 2, 1};
+    for (size_t d = 0; d < sp; ++d) {
+      grouped.push_back(ws[2 + d]);
+      swapped.push_back(ws[2 + d]);
+      convW.push_back(ws[2 + d]);
+      perm.push_back(static_cast<int64_t>(3 + d));
+    }
+    Value *v = op("Reshape", {w, ints(base + "/weight_groups", grouped)}, grouped, w->dtype(),
+                  base + "/weight_groups");
+    v = op("Transpose", {v}, swapped, w->dtype(), base + "/weight_swap",
+           {{"perm", Attribute::ofInts(perm)}});
+    v = op("Reshape", {v, ints(base + "/weight_shape", convW)}, convW, w->dtype(),
+           base + "/weight_merge");
+    v = slice(v, std::vector<int64_t>(sp, -1),
+              std::vector<int64_t>(sp, std::numeric_limits<int64_t>::min()), axes,
+              std::vector<int64_t>(sp, -1), convW, base + "/weight_flip");
+    // 4. The stride-1 convolution.
+    std::vector<Value *> inputs{z, v};
+    if (bias)
+      inputs.push_back(bias);
+    Value *y = op("Conv", inputs, ys, t, base + "/conv",
+                  {{"dilations", Attribute::ofInts(dil)}, {"group", Attribute::ofInt(group)}});
+    replace(n, y);
+    return true;
+  }
+
   Graph &g_;
 };
 
@@ -199,8 +347,8 @@ public:
 
 void registerDecomposePass() {
   PassRegistry::add({"decompose",
-                     "Rewrite InstanceNormalization and nearest integer-factor Resize into ops "
-                     "that have kernels and gradient rules",
+                     "Rewrite InstanceNormalization, nearest integer-factor Resize and "
+                     "ConvTranspose into ops that have kernels and gradient rules",
                      {},
                      "",
                      [](const PassOptions &) { return std::make_unique<DecomposePass>(); }});

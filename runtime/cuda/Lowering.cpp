@@ -367,6 +367,10 @@ public:
   bool lowerConcat(std::string &error);
   bool lowerSplit(std::string &error);
   bool lowerSlice(std::string &error);
+  bool lowerSliceGrad(std::string &error);
+  bool lowerPad(std::string &error);
+  bool sliceGeometry(const std::vector<int64_t> &shape, int64_t &offset,
+                     std::vector<int64_t> &strides, std::string &error) const;
   bool lowerGather(std::string &error);
   bool lowerElementwise(FusedOp op, std::string &error);
   bool lowerMatMul(std::string &error);
@@ -746,12 +750,10 @@ bool StepLowering::lowerSplit(std::string &error) {
 }
 
 /// Slice with constant starts, ends, axes and steps (ONNX clamping rules).
-bool StepLowering::lowerSlice(std::string &error) {
-  Operand x = input(0), y = output(0);
-  if (!x.present() || !y.present() || x.type != y.type || x.rank() != y.rank()) {
-    error = "Slice takes an operand and a result of its type and rank";
-    return false;
-  }
+/// Where a Slice (or its gradient) reads in the sliced tensor of shape
+/// `shape`: the first element's offset and each axis's stride there.
+bool StepLowering::sliceGeometry(const std::vector<int64_t> &shape, int64_t &offset,
+                                 std::vector<int64_t> &strides, std::string &error) const {
   std::vector<int64_t> starts, ends, axes, steps;
   if (!constantInts(1, starts, error) || !constantInts(2, ends, error))
     return false;
@@ -773,28 +775,110 @@ bool StepLowering::lowerSlice(std::string &error) {
     error = "starts, ends, axes and steps differ in length";
     return false;
   }
-  int r = x.rank();
-  std::vector<int64_t> xs = stridesOf(x.shape), begin(r, 0), step(r, 1);
+  int r = static_cast<int>(shape.size());
+  std::vector<int64_t> xs = stridesOf(shape), begin(r, 0), step(r, 1);
   for (size_t i = 0; i < starts.size(); ++i) {
     int64_t a = normalizeAxis(axes[i], r);
     if (a < 0 || steps[i] == 0) {
       error = "bad axis or zero step";
       return false;
     }
-    int64_t dim = x.shape[a], s = starts[i];
+    int64_t dim = shape[a], s = starts[i];
     if (s < 0)
       s += dim;
     s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, dim) : std::clamp<int64_t>(s, 0, dim - 1);
     begin[a] = s;
     step[a] = steps[i];
   }
-  int64_t offset = 0;
-  std::vector<int64_t> src(r);
+  offset = 0;
+  strides.assign(r, 0);
   for (int d = 0; d < r; ++d) {
     offset += begin[d] * xs[d];
-    src[d] = xs[d] * step[d];
+    strides[d] = xs[d] * step[d];
   }
+  return true;
+}
+
+bool StepLowering::lowerSlice(std::string &error) {
+  Operand x = input(0), y = output(0);
+  if (!x.present() || !y.present() || x.type != y.type || x.rank() != y.rank()) {
+    error = "Slice takes an operand and a result of its type and rank";
+    return false;
+  }
+  int64_t offset;
+  std::vector<int64_t> src;
+  if (!sliceGeometry(x.shape, offset, src, error))
+    return false;
   return copyKernel(y.shape, src, stridesOf(y.shape), x.at(offset), y.p, x.elemBytes(), error);
+}
+
+/// dX of a Slice: zeros, and dY copied to the elements the slice read (a
+/// slice never reads an element twice).
+bool StepLowering::lowerSliceGrad(std::string &error) {
+  Operand dy = input(0), dx = output(0);
+  if (!dy.present() || !dx.present() || dy.type != dx.type || dy.rank() != dx.rank()) {
+    error = "SliceGrad takes dY and a result of its type and rank";
+    return false;
+  }
+  int64_t offset;
+  std::vector<int64_t> dst;
+  if (!sliceGeometry(dx.shape, offset, dst, error))
+    return false;
+  memset0(dx.p, static_cast<size_t>(dx.numel) * dx.elemBytes());
+  if (dy.numel == 0)
+    return true;
+  return copyKernel(dy.shape, stridesOf(dy.shape), dst, dy.p, dx.at(offset), dx.elemBytes(),
+                    error);
+}
+
+/// Pad, mode constant, pads >= 0: the constant everywhere, then X copied
+/// into the interior.
+bool StepLowering::lowerPad(std::string &error) {
+  Operand x = input(0), y = output(0);
+  if (!x.present() || !y.present() || x.type != y.type || x.rank() != y.rank()) {
+    error = "Pad takes an operand and a result of its type and rank";
+    return false;
+  }
+  std::string mode = attrString("mode", "constant");
+  if (mode != "constant") {
+    error = "Pad mode '" + mode + "' has no CUDA lowering (constant has)";
+    return false;
+  }
+  std::vector<int64_t> pads;
+  if (!constantInts(1, pads, error))
+    return false;
+  if (has(3)) {
+    error = "Pad with an axes operand has no CUDA lowering";
+    return false;
+  }
+  int r = x.rank();
+  if (static_cast<int>(pads.size()) != 2 * r) {
+    error = "pads must hold two entries per axis";
+    return false;
+  }
+  std::vector<int64_t> ys = stridesOf(y.shape);
+  int64_t offset = 0;
+  for (int d = 0; d < r; ++d) {
+    if (pads[d] < 0 || pads[r + d] < 0 || x.shape[d] + pads[d] + pads[r + d] != y.shape[d]) {
+      error = "negative pads (cropping) have no CUDA lowering";
+      return false;
+    }
+    offset += pads[d] * ys[d];
+  }
+  Operand value = has(2) ? input(2) : Operand();
+  if (value.present()) {
+    if (value.type != y.type || value.numel != 1) {
+      error = "the pad value must be a scalar of the result's type";
+      return false;
+    }
+    if (!copyKernel(y.shape, std::vector<int64_t>(r, 0), ys, value.p, y.p, y.elemBytes(), error))
+      return false;
+  } else {
+    memset0(y.p, static_cast<size_t>(y.numel) * y.elemBytes());
+  }
+  if (x.numel == 0)
+    return true;
+  return copyKernel(x.shape, stridesOf(x.shape), ys, x.p, y.at(offset), y.elemBytes(), error);
 }
 
 bool StepLowering::lowerGather(std::string &error) {
@@ -1898,6 +1982,8 @@ const std::map<std::string, LowerFn> &table() {
     simple("Concat", &StepLowering::lowerConcat);
     simple("Split", &StepLowering::lowerSplit);
     simple("Slice", &StepLowering::lowerSlice);
+    simple("ampc.SliceGrad", &StepLowering::lowerSliceGrad);
+    simple("Pad", &StepLowering::lowerPad);
     simple("Gather", &StepLowering::lowerGather);
     simple("MatMul", &StepLowering::lowerMatMul);
     simple("Gemm", &StepLowering::lowerGemm);

@@ -483,6 +483,16 @@ TEST(CudaEmulation, DataMovement) {
       <int64[2] st = {1, 7}, int64[2] en = {5, 1}, int64[2] ax = {0, 1}, int64[2] sp = {2, -2}> {
       y = Slice(a, st, en, ax, sp)
     })");
+  compareOp("ampc.SliceGrad", header(true) + R"(g (T[2,3] dy) => (T[6,8] dx)
+      <int64[2] st = {1, 7}, int64[2] en = {5, 1}, int64[2] ax = {0, 1}, int64[2] sp = {2, -2}> {
+      dx = ampc.SliceGrad <shape = [6, 8]> (dy, st, en, ax, sp)
+    })");
+  compareOp("Pad", header() + R"(g (T[2,3,4] a) => (T[3,3,7] y) <int64[6] p = {1, 0, 2, 0, 0, 1}> {
+      y = Pad(a, p)
+    })");
+  compareOp("Pad", header() + R"(g (T[2,3] a, T v) => (T[4,6] y) <int64[4] p = {0, 2, 2, 1}> {
+      y = Pad(a, p, v)
+    })");
 }
 
 TEST(CudaEmulation, Reductions) {

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 using namespace ampc;
@@ -134,4 +135,47 @@ TEST(Decompose, LeavesOtherResizeForms) {
                                   "y = Resize <mode = \"nearest\", coordinate_transformation_mode = "
                                   "\"asymmetric\", nearest_mode = \"floor\"> (x, , sc)",
                                   "Resize"));
+}
+
+namespace {
+std::string constant(const std::string &name, const std::string &shape, int n) {
+  std::string v;
+  for (int i = 0; i < n; ++i)
+    v += (i ? ", " : "") + std::to_string(std::sin(0.37 * i + 0.5));
+  return name + " = Constant <value = double" + shape + " {" + v + "}> ()\n";
+}
+} // namespace
+
+/// ConvTranspose as a stride-1 Conv of the zero-stuffed, padded input with
+/// flipped, channel-swapped weights: strides, pads (also larger than the
+/// kernel reach: a crop), output_padding, dilations, groups, SAME padding,
+/// output_shape, 1 to 3 spatial axes.
+TEST(Decompose, ConvTranspose) {
+  struct C {
+    const char *x, *w, *y, *attrs;
+    int wn;
+  };
+  const C cases[] = {
+      {"[1,2,3,3]", "[2,3,3,3]", "[1,3,5,5]", "", 54},
+      {"[2,2,3,4]", "[2,3,3,3]", "[2,3,5,7]", "strides = [2, 2], pads = [1, 1, 1, 1]", 54},
+      {"[1,2,3,3]", "[2,3,3,3]", "[1,3,6,6]", "strides = [2, 2], pads = [1, 1, 1, 1], output_padding = [1, 1]", 54},
+      {"[1,2,4,4]", "[2,2,3,3]", "[1,2,8,8]", "dilations = [2, 2]", 36},
+      {"[1,4,3,3]", "[4,3,2,2]", "[1,6,6,6]", "group = 2, strides = [2, 2]", 48},
+      {"[1,2,5,5]", "[2,3,3,3]", "[1,3,3,3]", "pads = [2, 2, 2, 2]", 54},
+      {"[1,1,3,3]", "[1,2,3,3]", "[1,2,6,6]", "strides = [2, 2], auto_pad = \"SAME_UPPER\"", 18},
+      {"[1,1,3,3]", "[1,2,3,3]", "[1,2,10,8]", "strides = [3, 2], output_shape = [10, 8]", 18},
+      {"[2,3,5]", "[3,2,4]", "[2,2,10]", "strides = [2], pads = [1, 1]", 24},
+      {"[1,2,2,3,2]", "[2,1,2,2,2]", "[1,1,4,6,4]", "strides = [2, 2, 2]", 16},
+  };
+  for (const C &c : cases) {
+    std::string attrs = c.attrs;
+    std::string text = constant("w", c.w, c.wn) + "y = ConvTranspose" +
+                       (attrs.empty() ? std::string() : " <" + attrs + ">") + " (x, w)";
+    EXPECT_TRUE(checkDecomposition(c.x, c.y, text, "ConvTranspose")) << c.attrs;
+  }
+  // With a bias.
+  EXPECT_TRUE(checkDecomposition("[1,2,3,3]", "[1,3,7,7]",
+                                 constant("w", "[2,3,3,3]", 54) + constant("b", "[3]", 3) +
+                                     "y = ConvTranspose <strides = [2, 2]> (x, w, b)",
+                                 "ConvTranspose"));
 }

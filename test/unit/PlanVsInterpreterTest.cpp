@@ -104,8 +104,9 @@ std::string reductionsModel() {
 }
 
 /// A decoder: Conv, InstanceNormalization, Relu, nearest 2x Resize
-/// (PyTorch's nn.Upsample export), Conv, MSE: the decompose pass rewrites
-/// the normalization and the upsampling.
+/// (PyTorch's nn.Upsample export), Conv, a strided ConvTranspose, MSE: the
+/// decompose pass rewrites the normalization, the upsampling and the
+/// transposed convolution.
 std::string decoderModel() {
   auto values = [](int n, double scale) {
     std::string s;
@@ -114,10 +115,10 @@ std::string decoderModel() {
     return s;
   };
   return "<ir_version: 8, opset_import: [\"\" : 17]>\n"
-         "decoder (float[2,3,4,4] input, float[2,2,8,8] target) => (float loss)\n"
+         "decoder (float[2,3,4,4] input, float[2,2,16,16] target) => (float loss)\n"
          "<float[4,3,3,3] w1 = {" + values(108, 0.4) + "}, float[4] s = {" + values(4, 1.0) +
          "}, float[4] b = {" + values(4, 0.2) + "}, float[2,4,3,3] w2 = {" + values(72, 0.3) +
-         "}>\n"
+         "}, float[2,2,3,3] w3 = {" + values(36, 0.5) + "}, float[2] b3 = {0.1, -0.1}>\n"
          "{\n"
          "  c = Conv <pads = [1, 1, 1, 1]> (input, w1)\n"
          "  n = InstanceNormalization <epsilon = 0.001> (c, s, b)\n"
@@ -126,7 +127,9 @@ std::string decoderModel() {
          "  u = Resize <mode = \"nearest\", coordinate_transformation_mode = \"asymmetric\", "
          "nearest_mode = \"floor\"> (r, , sc)\n"
          "  o = Conv <pads = [1, 1, 1, 1]> (u, w2)\n"
-         "  diff = Sub (o, target)\n"
+         "  t = ConvTranspose <strides = [2, 2], pads = [1, 1, 1, 1], output_padding = [1, 1]> "
+         "(o, w3, b3)\n"
+         "  diff = Sub (t, target)\n"
          "  sq = Mul (diff, diff)\n"
          "  loss = ReduceMean <keepdims = 0> (sq)\n"
          "}\n";
@@ -156,7 +159,7 @@ std::map<std::string, Tensor> caseBatch(const Case &c) {
     return loadFixtureInputs(c.fixture);
   bool decoder = std::string(c.fixture) == "decoder";
   Shape inShape = decoder ? Shape{2, 3, 4, 4} : Shape{4, 8};
-  Shape targetShape = decoder ? Shape{2, 2, 8, 8} : Shape{4, 8};
+  Shape targetShape = decoder ? Shape{2, 2, 16, 16} : Shape{4, 8};
   std::vector<double> in(TensorType(DType::F32, inShape).numElements()),
       target(TensorType(DType::F32, targetShape).numElements());
   for (size_t i = 0; i < in.size(); ++i)

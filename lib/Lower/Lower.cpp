@@ -756,10 +756,18 @@ private:
   void describePeak(const plan::Program &prog, const std::vector<BufferRequest> &reqs,
                     const std::vector<int> &ids) {
     int steps = prog.steps_size();
+    // Live bytes per step by a difference array: linear in buffers and steps
+    // (summing each buffer over its range is quadratic for long-lived ones).
+    std::vector<int64_t> delta(steps + 2, 0);
+    for (const BufferRequest &r : reqs) {
+      int first = std::min(r.start, steps), last = std::min(r.end, steps);
+      delta[first] += static_cast<int64_t>(r.size);
+      delta[last + 1] -= static_cast<int64_t>(r.size);
+    }
     std::vector<uint64_t> live(steps + 1, 0);
-    for (const BufferRequest &r : reqs)
-      for (int t = r.start; t <= r.end && t <= steps; ++t)
-        live[t] += r.size;
+    int64_t running = 0;
+    for (int t = 0; t <= steps; ++t)
+      live[t] = static_cast<uint64_t>(running += delta[t]);
     int peak = static_cast<int>(std::max_element(live.begin(), live.end()) - live.begin());
     std::vector<std::pair<uint64_t, int>> at;
     for (size_t k = 0; k < reqs.size(); ++k)

@@ -3,6 +3,7 @@
 #include "ampc/Passes/Passes.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace ampc {
 
@@ -20,16 +21,15 @@ bool eliminateDeadCode(Graph &g) {
     g.eraseNode(n);
     changed = true;
   }
-  std::vector<Value *> inits = g.initializers();
-  for (Value *v : inits) {
-    bool isState = std::any_of(g.stateBindings.begin(), g.stateBindings.end(),
-                               [&](const StateBinding &b) { return b.state == v; });
-    if (v->isDead() && !isState) {
-      g.removeValue(v);
-      changed = true;
-    }
-  }
-  return changed;
+  std::unordered_set<const Value *> states;
+  for (const StateBinding &b : g.stateBindings)
+    states.insert(b.state);
+  std::vector<Value *> unused;
+  for (Value *v : g.initializers())
+    if (v->isDead() && !states.count(v))
+      unused.push_back(v);
+  g.removeValues(unused);
+  return changed || !unused.empty();
 }
 
 namespace {

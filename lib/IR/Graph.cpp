@@ -292,6 +292,19 @@ void Graph::removeValue(Value *v) {
   ownedValues_.erase(it);
 }
 
+void Graph::removeValues(const std::vector<Value *> &values) {
+  std::unordered_set<const Value *> gone(values.begin(), values.end());
+  for (const Value *v : values) {
+    assert(v->isDead() && v->kind() != Value::Kind::NodeResult);
+    valuesByName_.erase(v->name());
+  }
+  auto isGone = [&](const Value *v) { return gone.count(v) > 0; };
+  std::erase_if(inputs_, isGone);
+  std::erase_if(initializers_, isGone);
+  std::erase_if(stateBindings, [&](const StateBinding &b) { return gone.count(b.state) > 0; });
+  std::erase_if(ownedValues_, [&](const auto &p) { return gone.count(p.get()) > 0; });
+}
+
 void Graph::convertToInitializer(Value *input, Tensor data) {
   assert(input->isGraphInput());
   inputs_.erase(std::find(inputs_.begin(), inputs_.end(), input));

@@ -257,6 +257,9 @@ public:
   void removeOutput(unsigned i);
   /// Removes an unused input or initializer.
   void removeValue(Value *v);
+  /// Removes unused inputs and initializers at once: linear in the graph's
+  /// values, where one removeValue call per value would be quadratic.
+  void removeValues(const std::vector<Value *> &values);
   /// Turns an unused-as-input graph input into an initializer with data, or back.
   void convertToInitializer(Value *input, Tensor data);
   void convertToInput(Value *initializer);

@@ -46,6 +46,9 @@ cl::list<std::string> pipelines("pass-pipeline",
                                 cl::value_desc("pipeline"), cl::cat(kGeneral));
 cl::opt<bool> printAfterAll("print-ir-after-all", cl::desc("Print the graph after every pass"),
                             cl::cat(kGeneral));
+cl::opt<bool> timePasses("time-passes",
+                         cl::desc("Time each pass and the lowering; print the table on stderr"),
+                         cl::cat(kGeneral));
 cl::opt<bool> verifyEach("verify-each",
                          cl::desc("Verify the graph (structure and types) after every pass"),
                          cl::cat(kGeneral));
@@ -306,16 +309,39 @@ llvm::Expected<ImportedModel> snapshotImport(const Graph &g) {
   return m;
 }
 
+/// --time-passes: one timer per pass name and for the lowering steps, all in
+/// one group whose table LLVM prints on stderr when the last timer goes (the
+/// map is destroyed at exit, before the group it was created after).
+std::map<std::string, std::unique_ptr<llvm::Timer>> &driverTimers() {
+  static std::map<std::string, std::unique_ptr<llvm::Timer>> timers;
+  return timers;
+}
+
+llvm::Timer *timerFor(llvm::StringRef name) {
+  if (!timePasses)
+    return nullptr;
+  static llvm::TimerGroup group("amp-opt", "amp-opt pass and lowering times");
+  std::unique_ptr<llvm::Timer> &t = driverTimers()[name.str()];
+  if (!t)
+    t = std::make_unique<llvm::Timer>(name, name, group);
+  return t.get();
+}
+
 llvm::Expected<std::string> emitPlan(const Graph &g, const ImportedModel &imported) {
   LowerOptions opts;
   opts.modelParameters = imported.parameters;
   opts.originalModel = imported.bytes;
   opts.info.push_back({"precision", precision.empty() ? "fp32" : precision.getValue()});
-  auto p = lowerToPlan(g, opts);
+  auto p = [&] {
+    llvm::TimeRegion region(timerFor("lower to a plan"));
+    return lowerToPlan(g, opts);
+  }();
   if (!p)
     return p.takeError();
-  if (defaultEmit() == "plan")
+  if (defaultEmit() == "plan") {
+    llvm::TimeRegion region(timerFor("serialize the plan"));
     return serializePlanFile(*p);
+  }
   std::string text;
   llvm::raw_string_ostream os(text);
   printPlanText(*p, os);
@@ -428,6 +454,8 @@ int ampOptMain(int argc, char **argv) {
     return fail(opts.takeError());
   PassManager pm;
   pm.verifyEach = verifyEach;
+  if (timePasses)
+    pm.timerFor = timerFor;
   if (printAfterAll)
     pm.printAfterAll = &llvm::errs();
   if (auto err = buildPipeline(pm, passFlags))

@@ -232,6 +232,7 @@ llvm::Error verifyGraphAndTypes(const Graph &g) {
 
 llvm::Error PassManager::run(Graph &g, PassContext &ctx) {
   for (auto &pass : passes_) {
+    llvm::TimeRegion region(timerFor ? timerFor(pass->name()) : nullptr);
     if (auto err = pass->run(g, ctx))
       return withContext(std::move(err), "pass '" + pass->name() + "'");
     if (verifyEach)

@@ -12,6 +12,7 @@
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
+#include "llvm/Support/Timer.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <functional>
@@ -133,6 +134,9 @@ public:
   bool verifyEach = false;
   /// When set, the graph is printed here after every pass.
   llvm::raw_ostream *printAfterAll = nullptr;
+  /// When set, each pass run is timed with the timer it returns for the
+  /// pass's name (amp-opt --time-passes); a pass that runs twice adds up.
+  std::function<llvm::Timer *(llvm::StringRef pass)> timerFor;
 
   llvm::Error run(Graph &g, PassContext &ctx);
   size_t size() const { return passes_.size(); }

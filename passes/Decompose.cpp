@@ -14,6 +14,11 @@
 //   same input element out[i] = in[floor(i / s)]
 //     -> Reshape to [d0, 1, d1, 1, ...], Expand to [d0, s0, d1, s1, ...],
 //        Reshape to [d0 s0, d1 s1, ...];
+//   Resize, mode nearest (other scales or mappings) or linear, changing only
+//   the last two axes
+//     -> X @ A_w^T, then A_h @ that, with the interpolation matrices A
+//        [out, in] of ampc/Interpreter/ResizeCoordinates.h (one-hot rows for
+//        nearest), the definition the reference interpreter runs;
 //   ConvTranspose (any strides, pads, output_padding, dilations, groups,
 //   auto_pad, output_shape)
 //     -> a stride-1 Conv of the input with s - 1 zeros stuffed between its
@@ -26,6 +31,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ampc/Interpreter/ResizeCoordinates.h"
 #include "ampc/Passes/Passes.h"
 
 #include <algorithm>
@@ -47,7 +53,7 @@ public:
       if (n->is("InstanceNormalization"))
         done = instanceNorm(n);
       else if (n->is("Resize"))
-        done = resizeNearest(n);
+        done = resizeNearest(n) || resizeByMatrices(n);
       else if (n->is("ConvTranspose"))
         done = convTranspose(n);
       rewritten += done;
@@ -125,6 +131,108 @@ private:
     Value *scaled =
         make("Mul", {normalized, channel(scale, "scale")}, xt, base + "/scaled")->output();
     Value *y = make("Add", {scaled, channel(bias, "bias")}, xt, base + "/shifted")->output();
+    replace(n, y);
+    return true;
+  }
+
+  /// The scale of each axis of a Resize: its scales operand when given (a
+  /// constant), else output / input.
+  std::optional<std::vector<double>> resizeScales(const Node &n) {
+    const Shape &in = n.input(0)->shape(), &out = n.output()->shape();
+    std::vector<double> scales;
+    for (size_t d = 0; d < in.size(); ++d)
+      scales.push_back(double(out[d]) / double(in[d]));
+    const Value *given = n.numInputs() > 2 ? n.input(2) : nullptr;
+    if (given && given->type().numElements() > 0) {
+      if (!given->isConstant() || given->type().numElements() != static_cast<int64_t>(in.size()))
+        return std::nullopt;
+      scales = given->data()->toDoubles();
+    }
+    return scales;
+  }
+
+  /// Resize (nearest or linear, any scales) that changes only the last two
+  /// axes, as interpolation matrices: Y = A_h X A_w^T with A [out, in] from
+  /// ampc/Interpreter/ResizeCoordinates.h (one-hot rows for nearest). Two
+  /// MatMuls: kernels, gradients and autocast come with them.
+  bool resizeByMatrices(Node *n) {
+    std::string mode = n->getString("mode", "nearest");
+    std::string ctm = n->getString("coordinate_transformation_mode", "half_pixel");
+    std::string nearest = n->getString("nearest_mode", "round_prefer_floor");
+    if ((mode != "nearest" && mode != "linear") || !n->output() || !n->input(0) ||
+        !isFloat(n->input(0)->dtype()))
+      return false;
+    const Shape &in = n->input(0)->shape(), &out = n->output()->shape();
+    size_t rank = in.size();
+    auto scales = resizeScales(*n);
+    if (rank < 2 || out.size() != rank || !scales || scales->size() != rank)
+      return false;
+    // The interpolation matrix of axis d, [out, in].
+    auto matrix = [&](size_t d) -> std::optional<std::vector<double>> {
+      std::vector<double> a(out[d] * in[d], 0.0);
+      for (int64_t i = 0; i < out[d]; ++i) {
+        auto c = resize::sourceCoordinate(ctm, i, (*scales)[d], in[d]);
+        if (!c)
+          return std::nullopt;
+        if (mode == "nearest") {
+          auto at = resize::nearestIndex(nearest, *c, in[d]);
+          if (!at)
+            return std::nullopt;
+          a[i * in[d] + *at] = 1.0;
+        } else {
+          auto [lo, hi] = resize::linearTaps(*c, in[d]);
+          a[i * in[d] + lo.first] += lo.second;
+          a[i * in[d] + hi.first] += hi.second;
+        }
+      }
+      return a;
+    };
+    auto identity = [&](size_t d, const std::vector<double> &a) {
+      if (in[d] != out[d])
+        return false;
+      for (int64_t i = 0; i < in[d]; ++i)
+        for (int64_t j = 0; j < in[d]; ++j)
+          if (a[i * in[d] + j] != (i == j ? 1.0 : 0.0))
+            return false;
+      return true;
+    };
+    std::vector<std::vector<double>> mats(rank);
+    for (size_t d = 0; d < rank; ++d) {
+      auto a = matrix(d);
+      if (!a)
+        return false;
+      mats[d] = std::move(*a);
+      if (d + 2 < rank && !identity(d, mats[d]))
+        return false; // only the last two axes may change
+    }
+    std::string base = n->name().empty() ? n->output()->name() : n->name();
+    DType t = n->input(0)->dtype();
+    Graph::InsertionGuard guard(g_, n);
+    Value *y = n->input(0);
+    Shape shape = in;
+    size_t w = rank - 1, h = rank - 2;
+    if (!identity(w, mats[w])) {
+      // X [..., W] @ A_w^T [W, W'].
+      std::vector<double> at(in[w] * out[w]);
+      for (int64_t i = 0; i < out[w]; ++i)
+        for (int64_t j = 0; j < in[w]; ++j)
+          at[j * out[w] + i] = mats[w][i * in[w] + j];
+      Value *aw = g_.addInitializer(g_.uniqueName(base + "/columns"),
+                                    Tensor::fromDoubles(TensorType(t, {in[w], out[w]}), at),
+                                    /*constant=*/true);
+      shape[w] = out[w];
+      y = op("MatMul", {y, aw}, shape, t, base + "/resize_columns");
+    }
+    if (!identity(h, mats[h])) {
+      // A_h [H', H] @ Y [..., H, W'].
+      Value *ah = g_.addInitializer(g_.uniqueName(base + "/rows"),
+                                    Tensor::fromDoubles(TensorType(t, {out[h], in[h]}), mats[h]),
+                                    /*constant=*/true);
+      shape[h] = out[h];
+      y = op("MatMul", {ah, y}, shape, t, base + "/resize_rows");
+    }
+    if (y == n->input(0))
+      return false; // nothing changes: simplify's business
     replace(n, y);
     return true;
   }
@@ -347,7 +455,7 @@ public:
 
 void registerDecomposePass() {
   PassRegistry::add({"decompose",
-                     "Rewrite InstanceNormalization, nearest integer-factor Resize and "
+                     "Rewrite InstanceNormalization, nearest and linear Resize and "
                      "ConvTranspose into ops that have kernels and gradient rules",
                      {},
                      "",

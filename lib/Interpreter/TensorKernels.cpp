@@ -6,6 +6,8 @@
 
 #include "Kernels.h"
 
+#include "ampc/Interpreter/ResizeCoordinates.h"
+
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -294,65 +296,64 @@ KernelResult tileKernel(const KernelContext &ctx) {
   return one(std::move(y));
 }
 
-/// Resize, mode "nearest": each output coordinate is mapped to the input by
-/// coordinate_transformation_mode, then to an element by nearest_mode,
-/// clamped to the input. (Linear and cubic modes are not implemented.)
+/// Resize, modes nearest and linear (cubic is not implemented): each output
+/// coordinate is mapped to the input (ampc/Interpreter/ResizeCoordinates.h),
+/// then to one element (nearest_mode) or to two per axis, weighted (linear,
+/// separable over the axes), indices clamped to the input.
 KernelResult resizeKernel(const KernelContext &ctx) {
   const Tensor &x = *ctx.in(0);
   std::string mode = ctx.node.getString("mode", "nearest");
-  if (mode != "nearest")
-    return ctx.error("mode '" + mode + "' is not implemented (nearest is)");
+  if (mode != "nearest" && mode != "linear")
+    return ctx.error("mode '" + mode + "' is not implemented (nearest and linear are)");
   std::string ctm = ctx.node.getString("coordinate_transformation_mode", "half_pixel");
   std::string nearest = ctx.node.getString("nearest_mode", "round_prefer_floor");
-  if (ctm == "tf_crop_and_resize")
-    return ctx.error("coordinate_transformation_mode 'tf_crop_and_resize' is not implemented");
   Tensor y = ctx.out();
   size_t rank = x.shape().size();
   const Tensor *scalesIn = ctx.numInputs() > 2 ? ctx.in(2) : nullptr;
-  std::vector<double> scales(rank);
-  for (size_t d = 0; d < rank; ++d)
-    scales[d] = scalesIn && scalesIn->size() == static_cast<int64_t>(rank)
-                    ? scalesIn->getDouble(d)
-                    : double(y.shape()[d]) / double(x.shape()[d]);
-  // The input index each output index reads, per axis.
-  std::vector<std::vector<int64_t>> source(rank);
+  // Per axis and output index: the input elements read and their weights.
+  std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> taps(rank);
   for (size_t d = 0; d < rank; ++d) {
     int64_t in = x.shape()[d], out = y.shape()[d];
+    double scale = scalesIn && scalesIn->size() == static_cast<int64_t>(rank)
+                       ? scalesIn->getDouble(d)
+                       : double(out) / double(in);
     for (int64_t i = 0; i < out; ++i) {
-      double c;
-      if (ctm == "half_pixel")
-        c = (i + 0.5) / scales[d] - 0.5;
-      else if (ctm == "pytorch_half_pixel")
-        c = out > 1 ? (i + 0.5) / scales[d] - 0.5 : 0.0;
-      else if (ctm == "align_corners")
-        c = out > 1 ? i * double(in - 1) / double(out - 1) : 0.0;
-      else if (ctm == "asymmetric")
-        c = i / scales[d];
-      else if (ctm == "tf_half_pixel_for_nn")
-        c = (i + 0.5) / scales[d];
-      else
+      auto c = ampc::resize::sourceCoordinate(ctm, i, scale, in);
+      if (!c)
         return ctx.error("coordinate_transformation_mode '" + ctm + "' is not implemented");
-      double r;
-      if (nearest == "floor")
-        r = std::floor(c);
-      else if (nearest == "ceil")
-        r = std::ceil(c);
-      else if (nearest == "round_prefer_ceil")
-        r = c - std::floor(c) == 0.5 ? std::ceil(c) : std::round(c);
-      else if (nearest == "round_prefer_floor")
-        r = c - std::floor(c) == 0.5 ? std::floor(c) : std::round(c);
-      else
-        return ctx.error("nearest_mode '" + nearest + "' is not implemented");
-      source[d].push_back(std::clamp<int64_t>(static_cast<int64_t>(r), 0, in - 1));
+      if (mode == "nearest") {
+        auto at = ampc::resize::nearestIndex(nearest, *c, in);
+        if (!at)
+          return ctx.error("nearest_mode '" + nearest + "' is not implemented");
+        taps[d].push_back(std::vector<std::pair<int64_t, double>>{{*at, 1.0}});
+      } else {
+        auto [a, b] = ampc::resize::linearTaps(*c, in);
+        taps[d].push_back(std::vector<std::pair<int64_t, double>>{a, b});
+      }
     }
   }
   auto xs = stridesOf(x.shape());
-  std::vector<int64_t> idx;
+  std::vector<int64_t> idx, corner(rank);
   for (int64_t f = 0; f < y.size(); ++f) {
     unravel(f, y.shape(), idx);
-    for (size_t d = 0; d < rank; ++d)
-      idx[d] = source[d][idx[d]];
-    copyElem(x, ravel(idx, xs), y, f);
+    if (mode == "nearest") {
+      for (size_t d = 0; d < rank; ++d)
+        corner[d] = taps[d][idx[d]][0].first;
+      copyElem(x, ravel(corner, xs), y, f);
+      continue;
+    }
+    double sum = 0;
+    for (int64_t m = 0; m < (int64_t(1) << rank); ++m) {
+      double w = 1;
+      for (size_t d = 0; d < rank; ++d) {
+        const auto &tap = taps[d][idx[d]][(m >> d) & 1];
+        corner[d] = tap.first;
+        w *= tap.second;
+      }
+      if (w != 0)
+        sum += w * x.getDouble(ravel(corner, xs));
+    }
+    y.setDouble(f, sum);
   }
   return one(std::move(y));
 }

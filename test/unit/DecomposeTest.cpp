@@ -119,21 +119,47 @@ TEST(Decompose, ResizeNearestIntegerFactors) {
                                  "Resize"));
 }
 
-/// Forms that pick other elements stay Resize nodes.
+/// Other nearest forms and linear interpolation (any scale, every coordinate
+/// mapping) become interpolation matrices on the last two axes.
+TEST(Decompose, ResizeByMatrices) {
+  struct C {
+    const char *x, *y, *scales, *attrs;
+  };
+  const C cases[] = {
+      {"[1,2,3,4]", "[1,2,6,8]", "1.0, 1.0, 2.0, 2.0", "mode = \"linear\""},
+      {"[1,2,3,4]", "[1,2,6,8]", "1.0, 1.0, 2.0, 2.0",
+       "mode = \"linear\", coordinate_transformation_mode = \"pytorch_half_pixel\""},
+      {"[1,2,3,4]", "[1,2,6,8]", "1.0, 1.0, 2.0, 2.0",
+       "mode = \"linear\", coordinate_transformation_mode = \"align_corners\""},
+      {"[1,2,3,4]", "[1,2,4,6]", "1.0, 1.0, 1.5, 1.5",
+       "mode = \"linear\", coordinate_transformation_mode = \"asymmetric\""},
+      {"[2,1,6,8]", "[2,1,3,4]", "1.0, 1.0, 0.5, 0.5", "mode = \"linear\""},
+      {"[1,1,4,6]", "[1,1,4,15]", "1.0, 1.0, 1.0, 2.5", "mode = \"linear\""},
+      {"[1,1,2,2]", "[1,1,5,5]", "1.0, 1.0, 2.5, 2.5",
+       "mode = \"nearest\", coordinate_transformation_mode = \"asymmetric\", nearest_mode = \"floor\""},
+      {"[1,1,3,3]", "[1,1,6,6]", "1.0, 1.0, 2.0, 2.0",
+       "mode = \"nearest\", coordinate_transformation_mode = \"asymmetric\", nearest_mode = \"round_prefer_ceil\""},
+      {"[1,1,4,4]", "[1,1,7,7]", "1.0, 1.0, 1.75, 1.75",
+       "mode = \"nearest\", coordinate_transformation_mode = \"align_corners\", nearest_mode = \"ceil\""},
+  };
+  for (const C &c : cases)
+    EXPECT_TRUE(checkDecomposition(c.x, c.y,
+                                   std::string("sc = Constant <value = float[4] {") + c.scales +
+                                       "}> ()\ny = Resize <" + c.attrs + "> (x, , sc)",
+                                   "Resize"))
+        << c.attrs << " scales " << c.scales;
+}
+
+/// Forms without a decomposition stay Resize nodes: cubic interpolation, and
+/// linear interpolation over a leading axis.
 TEST(Decompose, LeavesOtherResizeForms) {
   EXPECT_FALSE(checkDecomposition("[1,1,3,3]", "[1,1,6,6]",
                                   "sc = Constant <value = float[4] {1.0, 1.0, 2.0, 2.0}> ()\n"
+                                  "y = Resize <mode = \"cubic\"> (x, , sc)",
+                                  "Resize"));
+  EXPECT_FALSE(checkDecomposition("[1,2,3,3]", "[1,4,6,6]",
+                                  "sc = Constant <value = float[4] {1.0, 2.0, 2.0, 2.0}> ()\n"
                                   "y = Resize <mode = \"linear\"> (x, , sc)",
-                                  "Resize"));
-  EXPECT_FALSE(checkDecomposition("[1,1,3,3]", "[1,1,6,6]",
-                                  "sc = Constant <value = float[4] {1.0, 1.0, 2.0, 2.0}> ()\n"
-                                  "y = Resize <mode = \"nearest\", coordinate_transformation_mode = "
-                                  "\"asymmetric\", nearest_mode = \"round_prefer_ceil\"> (x, , sc)",
-                                  "Resize"));
-  EXPECT_FALSE(checkDecomposition("[1,1,2,2]", "[1,1,5,5]",
-                                  "sc = Constant <value = float[4] {1.0, 1.0, 2.5, 2.5}> ()\n"
-                                  "y = Resize <mode = \"nearest\", coordinate_transformation_mode = "
-                                  "\"asymmetric\", nearest_mode = \"floor\"> (x, , sc)",
                                   "Resize"));
 }
 

@@ -171,7 +171,7 @@ private:
     auto matrix = [&](size_t d) -> std::optional<std::vector<double>> {
       std::vector<double> a(out[d] * in[d], 0.0);
       for (int64_t i = 0; i < out[d]; ++i) {
-        auto c = resize::sourceCoordinate(ctm, i, (*scales)[d], in[d]);
+        auto c = resize::sourceCoordinate(ctm, i, (*scales)[d], in[d], out[d]);
         if (!c)
           return std::nullopt;
         if (mode == "nearest") {

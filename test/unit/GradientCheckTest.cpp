@@ -106,6 +106,7 @@ std::vector<Case> cases() {
       {"Clip", "max only", "(double[3,4] x) => (double[?,?] y) { hi = Constant <value = double {0.3}> () y = Clip (x, \"\", hi) }"},
       {"Clip", "min only", "(double[3,4] x) => (double[?,?] y) { lo = Constant <value = double {-0.3}> () y = Clip (x, lo) }"},
       {"Max", "broadcast", "(double[2,3] a, double[3] b) => (double[?,?] y) { y = Max (a, b) }"},
+      {"Max", "one operand", "(double[3] x) => (double[?] y) { y = Max (x) }"},
       {"Max", "tie: max(x, x), halves", "(double[3] x) => (double[?] y) { y = Max (x, x) }"},
       {"Min", "broadcast", "(double[2,3] a, double[2,1] b) => (double[?,?] y) { y = Min (a, b) }"},
       {"Softplus", "", "(double[3,4] x) => (double[?,?] y) { y = Softplus (x) }", {{"x", {-3.0, 3.0}}}},

@@ -3,8 +3,11 @@
 // ONNX Resize's coordinate mapping and its nearest and linear taps, shared by
 // the reference interpreter's Resize kernel and the decompose pass (which
 // turns nearest and linear Resize into ops with kernels and gradients), so
-// both follow one definition: ONNX's reference implementation
-// (onnx/backend/test/case/node/resize.py).
+// both follow one definition: the ONNX operator's text, as ONNX Runtime and
+// PyTorch implement it. "align_corners" and "pytorch_half_pixel" use the
+// output's length; ONNX 1.12's Python reference uses scale * input length
+// instead, which differs when that product is not a whole number (PyTorch's
+// align_corners=True with a scale_factor such as 1.7).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -20,17 +23,16 @@
 namespace ampc::resize {
 
 /// The input coordinate output index `i` maps to along an axis of `in`
-/// elements resized by `scale` (out / in when sizes were given), or nullopt
-/// for a mode this code does not implement (tf_crop_and_resize).
+/// elements resized by `scale` (out / in when sizes were given) to `out`, or
+/// nullopt for a mode this code does not implement (tf_crop_and_resize).
 inline std::optional<double> sourceCoordinate(std::string_view mode, int64_t i, double scale,
-                                              int64_t in) {
-  double outWidth = scale * double(in);
+                                              int64_t in, int64_t out) {
   if (mode == "half_pixel")
     return (i + 0.5) / scale - 0.5;
   if (mode == "pytorch_half_pixel")
-    return outWidth > 1 ? (i + 0.5) / scale - 0.5 : -0.5;
+    return out > 1 ? (i + 0.5) / scale - 0.5 : 0.0;
   if (mode == "align_corners")
-    return outWidth == 1 ? 0.0 : i * double(in - 1) / (outWidth - 1);
+    return out == 1 ? 0.0 : i * double(in - 1) / double(out - 1);
   if (mode == "asymmetric")
     return i / scale;
   if (mode == "tf_half_pixel_for_nn")

@@ -379,6 +379,8 @@ private:
     s.set_name(n.displayName());
     for (const Value *v : n.inputs())
       s.add_inputs(tensorOf(v));
+    if (n.is("Dropout") && n.domain().empty())
+      addDropoutCounter(s, n);
     std::vector<const Value *> defined;
     for (const Value *v : n.outputs()) {
       s.add_outputs(tensorOf(v));
@@ -387,6 +389,18 @@ private:
     }
     addAttributes(n, *s.mutable_attrs());
     noteStep(prog, defined);
+  }
+
+  /// Dropout draws its mask from (seed, run counter, element): the counter
+  /// is an int64 state of the plan, operand 3 of the step, which the kernel
+  /// advances every run. Being state, checkpoints save it, so a resumed run
+  /// draws the masks the uninterrupted one would.
+  void addDropoutCounter(plan::Step &s, const Node &n) {
+    while (s.inputs_size() < 3)
+      s.add_inputs(-1);
+    int id = addTensor(n.displayName() + ".dropout_run", TensorType(DType::I64, {}), plan::STATE);
+    setData(*p_.mutable_tensors(id), Tensor::scalar(DType::I64, 0.0));
+    s.add_inputs(id);
   }
 
   int constantScalar(DType dtype, double value) {

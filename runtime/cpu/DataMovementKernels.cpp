@@ -8,12 +8,12 @@
 // they are after canonicalization (static shapes). Out-of-range gather
 // indices cannot fail at run time: they read zeros (GatherGrad drops them).
 //
-// Dropout's generator: the keep decision of element i in run r is
-// hash(seed, r, i) >= ratio, with hash = SplitMix64 of (seed, r) mixed with i
-// and the top 24 bits as a uniform number in [0, 1). It depends only on
-// (seed, run counter, element), so it differs from step to step, does not
-// depend on the thread count, and a run can be replayed. The seed is the
-// node's `seed` attribute (0 when absent).
+// Dropout's generator (math::dropoutKeeps in ElementMath.h, shared with the
+// CUDA backend): the keep decision of element i in run r is
+// hash(seed, r, i) >= ratio. It depends only on (seed, run counter,
+// element), so it differs from step to step, does not depend on the thread
+// count, and a run can be replayed. The seed is the node's `seed` attribute
+// (0 when absent); the run counter is an int64 state of the plan.
 //
 //===----------------------------------------------------------------------===//
 
@@ -711,13 +711,6 @@ std::unique_ptr<Kernel> createPad(const StepContext &ctx, std::string &error) {
 // Dropout
 //===----------------------------------------------------------------------===//
 
-inline uint64_t splitMix64(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /// Reads a scalar operand now if it is a constant, else at run time.
 struct ScalarOperand {
   TensorArg t;
@@ -742,6 +735,14 @@ std::unique_ptr<Kernel> createDropout(const StepContext &ctx, std::string &error
   ScalarOperand ratio{ctx.has(1) ? ctx.inputs[1] : TensorArg(), ctx.has(1), 0.5};
   ScalarOperand training{ctx.has(2) ? ctx.inputs[2] : TensorArg(), ctx.has(2), 0.0};
   uint64_t seed = static_cast<uint64_t>(ctx.attrInt("seed", 0));
+  // The run counter: the int64 state the lowering gives as operand 3, which
+  // checkpoints save (so a resumed run draws the masks the uninterrupted one
+  // would), advanced here; without it, a counter of this kernel's own.
+  TensorArg counterState = ctx.has(3) ? ctx.inputs[3] : TensorArg();
+  if (counterState.data && (counterState.type != plan::I64 || counterState.numel != 1)) {
+    error = "the run counter (operand 3) must be an int64 scalar";
+    return nullptr;
+  }
   auto counter = std::make_shared<std::atomic<uint64_t>>(0);
   ThreadPool &pool = ctx.pool;
   auto scratch = SharedScratch::of(ctx.pool);
@@ -752,7 +753,10 @@ std::unique_ptr<Kernel> createDropout(const StepContext &ctx, std::string &error
     double r = ratio.get();
     bool train = training.get() != 0.0;
     bool copies = !train || r == 0.0;
-    uint64_t key = splitMix64(seed ^ splitMix64((*counter)++));
+    uint64_t run = counterState.data
+                       ? static_cast<uint64_t>((*counterState.as<int64_t>())++)
+                       : (*counter)++;
+    uint64_t key = math::dropoutKey(seed, run);
     float scale = r < 1.0 ? static_cast<float>(1.0 / (1.0 - r)) : 0.0f;
     // keep when u >= ratio, u = top 24 bits / 2^24.
     uint32_t threshold = static_cast<uint32_t>(std::min(1.0, std::max(0.0, r)) * 16777216.0);
@@ -763,7 +767,7 @@ std::unique_ptr<Kernel> createDropout(const StepContext &ctx, std::string &error
         const float *xv = rowIn(x, s, n, buf);
         float *yv = rowOut(y, s, buf + 512);
         for (int64_t i = 0; i < n; ++i) {
-          bool keep = copies || (splitMix64(key + static_cast<uint64_t>(s + i)) >> 40) >= threshold;
+          bool keep = copies || math::dropoutKeeps(key, s + i, threshold);
           yv[i] = copies ? xv[i] : (keep ? xv[i] * scale : 0.0f);
           if (mask.data)
             static_cast<uint8_t *>(mask.data)[s + i] = keep;

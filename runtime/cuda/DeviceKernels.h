@@ -994,6 +994,51 @@ struct AllFiniteArgs {
 };
 
 //===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+/// Dropout with the CPU backend's generator (math::dropoutKeeps), so both
+/// draw the same masks: Forward, one thread per element, reads the run
+/// counter (int64 state) on the device; Advance, one thread, then increments
+/// it (a CUDA graph replays both); Grad scales dY through the mask.
+struct DropoutArgs {
+  enum Mode : uint8_t { Forward, Advance, Grad };
+  Mode mode = Forward;
+  const void *x = nullptr; ///< X, or dY
+  void *y = nullptr;       ///< Y, or dX
+  uint8_t *mask = nullptr; ///< Forward: written when present; Grad: read
+  int64_t *counter = nullptr;
+  uint8_t xType = 0, yType = 0;
+  bool copies = false; ///< inference or ratio 0: Y = X, the mask all true
+  uint64_t seed = 0;
+  uint32_t threshold = 0;
+  float scale = 1;
+
+  static AMPC_HD void run(const DropoutArgs &a, int64_t i) {
+    switch (a.mode) {
+    case Forward: {
+      bool keep = a.copies ||
+                  math::dropoutKeeps(math::dropoutKey(a.seed, static_cast<uint64_t>(*a.counter)),
+                                     i, a.threshold);
+      float v = loadAsFloat(a.xType, a.x, i);
+      storeFromFloat(a.yType, a.y, i, a.copies ? v : (keep ? v * a.scale : 0.0f));
+      if (a.mask)
+        a.mask[i] = keep;
+      return;
+    }
+    case Advance:
+      ++*a.counter;
+      return;
+    case Grad: {
+      float g = loadAsFloat(a.xType, a.x, i);
+      storeFromFloat(a.yType, a.y, i, a.copies ? g : (a.mask[i] ? g * a.scale : 0.0f));
+      return;
+    }
+    }
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // The kernel list
 //===----------------------------------------------------------------------===//
 
@@ -1008,7 +1053,8 @@ struct AllFiniteArgs {
   X(Loss, LossArgs)                                                                                \
   X(Pool, PoolArgs)                                                                                \
   X(Conv, ConvArgs)                                                                                \
-  X(AllFinite, AllFiniteArgs)
+  X(AllFinite, AllFiniteArgs)                                                                      \
+  X(Dropout, DropoutArgs)
 
 enum class KernelKind : uint8_t {
 #define AMPC_KERNEL_ENUM(NAME, ARGS) NAME,

@@ -391,6 +391,10 @@ public:
   bool lowerConv(std::string &error);
   bool lowerConvGrad(std::string &error);
   bool lowerAllFinite(std::string &error);
+  bool lowerDropout(std::string &error);
+  bool lowerDropoutGrad(std::string &error);
+  bool constantScalar(size_t i, double dflt, double &v, std::string &error) const;
+  bool dropoutParams(size_t ratioAt, DropoutArgs &a, std::string &error) const;
 
 private:
   bool window(const std::vector<int64_t> &xShape, const std::vector<int64_t> &yShape,
@@ -1913,6 +1917,95 @@ bool StepLowering::lowerConvGrad(std::string &error) {
 // Training
 //===----------------------------------------------------------------------===//
 
+/// A scalar operand that must be a constant (Dropout's ratio and training
+/// mode: the CUDA kernels take them as arguments); `dflt` when absent.
+bool StepLowering::constantScalar(size_t i, double dflt, double &v, std::string &error) const {
+  if (!has(i)) {
+    v = dflt;
+    return true;
+  }
+  const plan::Tensor *t = &p_.tensors(in_[i].id);
+  if (t->has_view_of())
+    t = &p_.tensors(t->view_of());
+  if (t->storage() != plan::CONSTANT || in_[i].numel != 1) {
+    error = "operand " + std::to_string(i) + " must be a constant scalar on the CUDA backend";
+    return false;
+  }
+  if (t->data().size() < planElemSize(t->type())) {
+    error = "operand " + std::to_string(i) + " has no data";
+    return false;
+  }
+  v = fused::fusedLoad<double>(in_[i].type, t->data().data(), 0);
+  return true;
+}
+
+/// The ratio, the copy flag and the scale of a Dropout or DropoutGrad step
+/// whose ratio and training operands are `ratioAt` and `ratioAt + 1`.
+bool StepLowering::dropoutParams(size_t ratioAt, DropoutArgs &a, std::string &error) const {
+  double ratio, training;
+  if (!constantScalar(ratioAt, 0.5, ratio, error) ||
+      !constantScalar(ratioAt + 1, 0.0, training, error))
+    return false;
+  a.copies = training == 0.0 || ratio == 0.0;
+  a.scale = ratio < 1.0 ? static_cast<float>(1.0 / (1.0 - ratio)) : 0.0f;
+  a.threshold = static_cast<uint32_t>(std::min(1.0, std::max(0.0, ratio)) * 16777216.0);
+  return true;
+}
+
+bool StepLowering::lowerDropout(std::string &error) {
+  Operand x = input(0), y = output(0), mask = output(1);
+  if (!x.present() || !y.present() || x.type != y.type || x.numel != y.numel ||
+      (mask.present() && mask.numel != x.numel)) {
+    error = "Dropout takes X and gives Y of its type (and a mask of its shape)";
+    return false;
+  }
+  if (!requireFloat({0}, {0}, error))
+    return false;
+  DropoutArgs a;
+  if (!dropoutParams(1, a, error))
+    return false;
+  Operand counter = input(3);
+  if (!counter.present() || counter.type != FusedElem::I64 || counter.numel != 1) {
+    error = "Dropout needs its run counter (an int64 state, operand 3; recompile the model)";
+    return false;
+  }
+  a.mode = DropoutArgs::Forward;
+  a.x = x.p;
+  a.xType = x.type;
+  a.y = y.p;
+  a.yType = y.type;
+  a.mask = static_cast<uint8_t *>(mask.p);
+  a.counter = static_cast<int64_t *>(counter.p);
+  a.seed = static_cast<uint64_t>(attrInt("seed", 0));
+  kernel(KernelKind::Dropout, a, x.numel);
+  DropoutArgs advance = a;
+  advance.mode = DropoutArgs::Advance;
+  kernel(KernelKind::Dropout, advance, 1);
+  return true;
+}
+
+bool StepLowering::lowerDropoutGrad(std::string &error) {
+  Operand dy = input(0), mask = input(1), dx = output(0);
+  if (!dy.present() || !mask.present() || !dx.present() || mask.numel != dy.numel ||
+      dx.numel != dy.numel || mask.elemBytes() != 1) {
+    error = "DropoutGrad takes dY and a bool mask of its shape";
+    return false;
+  }
+  if (!requireFloat({0}, {0}, error))
+    return false;
+  DropoutArgs a;
+  if (!dropoutParams(2, a, error))
+    return false;
+  a.mode = DropoutArgs::Grad;
+  a.x = dy.p;
+  a.xType = dy.type;
+  a.y = dx.p;
+  a.yType = dx.type;
+  a.mask = static_cast<uint8_t *>(mask.p);
+  kernel(KernelKind::Dropout, a, dy.numel);
+  return true;
+}
+
 bool StepLowering::lowerAllFinite(std::string &error) {
   Operand out = output(0);
   if (outs_.size() != 1 || !out.present() || out.type != FusedElem::BOOL) {
@@ -1994,6 +2087,8 @@ const std::map<std::string, LowerFn> &table() {
     simple("Conv", &StepLowering::lowerConv);
     simple("ampc.ConvGrad", &StepLowering::lowerConvGrad);
     simple("ampc.AllFinite", &StepLowering::lowerAllFinite);
+    simple("Dropout", &StepLowering::lowerDropout);
+    simple("ampc.DropoutGrad", &StepLowering::lowerDropoutGrad);
     const std::pair<const char *, ReduceOp> reductions[] = {
         {"ReduceSum", ReduceOp::Sum},         {"ReduceMean", ReduceOp::Mean},
         {"ReduceSumSquare", ReduceOp::SumSquare}, {"ReduceL1", ReduceOp::L1},

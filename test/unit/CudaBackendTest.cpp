@@ -284,8 +284,10 @@ std::unique_ptr<rt::Backend> cpuBackend() { return rt::createCpuBackend({1}); }
 std::unique_ptr<rt::Backend> emulatorBackend() { return rcuda::createCudaEmulatorBackend(); }
 
 /// Runs program "step" of a plan once on a backend; returns its outputs.
+/// Runs the step `runs` times; `outs` gets every output after each run.
 bool runOnce(const plan::Plan &p, const BackendFactory &make,
-             const std::map<std::string, Tensor> &feeds, std::vector<rt::HostArray> &outs) {
+             const std::map<std::string, Tensor> &feeds, std::vector<rt::HostArray> &outs,
+             int runs = 1) {
   std::string error;
   auto session = rt::Session::fromPlan(p, make(), error);
   if (!session) {
@@ -298,17 +300,19 @@ bool runOnce(const plan::Plan &p, const BackendFactory &make,
       ADD_FAILURE() << error;
       return false;
     }
-  if (!session->run(prog, error)) {
-    ADD_FAILURE() << "run: " << error;
-    return false;
-  }
-  for (const plan::Binding &b : p.programs(prog).outputs()) {
-    rt::HostArray a;
-    if (!session->output(prog, b.name(), a, error)) {
-      ADD_FAILURE() << error;
+  for (int r = 0; r < runs; ++r) {
+    if (!session->run(prog, error)) {
+      ADD_FAILURE() << "run: " << error;
       return false;
     }
-    outs.push_back(std::move(a));
+    for (const plan::Binding &b : p.programs(prog).outputs()) {
+      rt::HostArray a;
+      if (!session->output(prog, b.name(), a, error)) {
+        ADD_FAILURE() << error;
+        return false;
+      }
+      outs.push_back(std::move(a));
+    }
   }
   return true;
 }
@@ -493,6 +497,41 @@ TEST(CudaEmulation, DataMovement) {
   compareOp("Pad", header() + R"(g (T[2,3] a, T v) => (T[4,6] y) <int64[4] p = {0, 2, 2, 1}> {
       y = Pad(a, p, v)
     })");
+}
+
+/// Dropout draws the CPU's masks (one generator, ElementMath.h) run after run:
+/// the run counter is an int64 state advanced on the device. DropoutGrad
+/// scales through the mask.
+TEST(CudaEmulation, DropoutMatchesTheCpuRunAfterRun) {
+  for (const char *type : {"float", "float16", "bfloat16"}) {
+    SCOPED_TRACE(type);
+    std::string text = header(true) + "g (" + type + "[6,50] a, " + type +
+                       "[6,50] g) => (" + type + "[6,50] y, bool[6,50] m, " + type +
+                       "[6,50] dx) <float r = {0.3}, bool t = {1}> {\n"
+                       "  y, m = Dropout <seed = 7> (a, r, t)\n"
+                       "  dx = ampc.DropoutGrad (g, m, r, t)\n"
+                       "}";
+    auto graph = importModelText(text, "dropout");
+    ASSERT_TRUE(static_cast<bool>(graph)) << llvm::toString(graph.takeError());
+    std::mt19937_64 rng(5);
+    std::map<std::string, Tensor> feeds;
+    for (const Value *v : (*graph)->inputs()) {
+      std::normal_distribution<double> n;
+      std::vector<double> vals(v->type().numElements());
+      for (double &x : vals)
+        x = n(rng);
+      feeds[v->name()] = Tensor::fromDoubles(v->type(), vals);
+    }
+    auto p = lowerToPlan(**graph, {});
+    ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+    std::vector<rt::HostArray> cpu, emu;
+    ASSERT_TRUE(runOnce(*p, cpuBackend, feeds, cpu, 3));
+    ASSERT_TRUE(runOnce(*p, emulatorBackend, feeds, emu, 3));
+    ASSERT_EQ(cpu.size(), emu.size());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_EQ(cpu[i].bytes, emu[i].bytes) << "run " << i / 3 << ", output " << i % 3;
+    EXPECT_NE(cpu[1].bytes, cpu[4].bytes) << "the mask did not change between runs";
+  }
 }
 
 TEST(CudaEmulation, Reductions) {

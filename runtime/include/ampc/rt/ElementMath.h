@@ -93,6 +93,24 @@ AMPC_HD uint16_t floatToBFloat16(float f) {
 
 AMPC_HD float bfloat16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }
 
+/// SplitMix64's output function: the hash behind Dropout's masks.
+AMPC_HD uint64_t splitMix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Dropout's generator, the same on every backend: run `run` of a node with
+/// attribute `seed` keeps element i when the top 24 bits of
+/// hash(key(seed, run) + i), as a number in [0, 1), reach the ratio
+/// (`threshold` = ratio * 2^24). It depends only on (seed, run, element):
+/// not on threads or launch geometry, and a run can be replayed.
+AMPC_HD uint64_t dropoutKey(uint64_t seed, uint64_t run) { return splitMix64(seed ^ splitMix64(run)); }
+AMPC_HD bool dropoutKeeps(uint64_t key, int64_t i, uint32_t threshold) {
+  return (splitMix64(key + static_cast<uint64_t>(i)) >> 40) >= threshold;
+}
+
 /// Rounds an fp32 value to what fp16 / bf16 storage would hold.
 AMPC_HD float roundToHalf(float f) { return halfToFloat(floatToHalf(f)); }
 AMPC_HD float roundToBFloat16(float f) { return bfloat16ToFloat(floatToBFloat16(f)); }

@@ -7,8 +7,9 @@
 // - Where on any element type (int64 data);
 // - integer arithmetic, comparisons and logic (int64/int32 operands, as the
 //   interpreter computes them in int64);
-// - ampc.LeakyReluGrad (not a fused instruction) and standalone versions of
-//   ReluGrad, SigmoidGrad and TanhGrad.
+// - standalone versions of the fused gradient helpers ReluGrad,
+//   LeakyReluGrad, SigmoidGrad and TanhGrad (plans fuse them; a plan may
+//   still name one as a step of its own).
 //
 //===----------------------------------------------------------------------===//
 

@@ -145,6 +145,8 @@ template <typename T> AMPC_HD T sign(T x) {
 template <typename T> AMPC_HD T maxNaN(T a, T b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
 template <typename T> AMPC_HD T minNaN(T a, T b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
 template <typename T> AMPC_HD T reluGrad(T dy, T y) { return y > T(0) ? dy : T(0); }
+/// s is X, or Y when alpha > 0 (the same sign).
+template <typename T> AMPC_HD T leakyReluGrad(T dy, T s, T alpha) { return s > T(0) ? dy : alpha * dy; }
 template <typename T> AMPC_HD T sigmoidGrad(T dy, T y) { return dy * y * (T(1) - y); }
 template <typename T> AMPC_HD T tanhGrad(T dy, T y) { return dy * (T(1) - y * y); }
 

@@ -41,6 +41,7 @@ inline FusedParams fusedDefaults(FusedOp op) {
   FusedParams p;
   switch (op) {
   case FusedOp::LeakyRelu:
+  case FusedOp::LeakyReluGrad:
     p.alpha = 0.01f;
     break;
   case FusedOp::Elu:
@@ -153,6 +154,8 @@ AMPC_HD R fusedScalar(const FusedParams &p, R x, R y, R z) {
     return ((x != R(0)) != (y != R(0))) ? R(1) : R(0);
   else if constexpr (Op == FusedOp::ReluGrad)
     return reluGrad(x, y);
+  else if constexpr (Op == FusedOp::LeakyReluGrad)
+    return leakyReluGrad(x, y, R(p.alpha));
   else if constexpr (Op == FusedOp::SigmoidGrad)
     return sigmoidGrad(x, y);
   else if constexpr (Op == FusedOp::TanhGrad)
@@ -176,7 +179,8 @@ AMPC_HD R fusedScalar(const FusedParams &p, R x, R y, R z) {
   X(Erf) X(Floor) X(Ceil) X(Round) X(Sign) X(Sin) X(Cos) X(Softplus) X(Softsign) X(LeakyRelu)      \
   X(Elu) X(Selu) X(HardSigmoid) X(HardSwish) X(Cast) X(Not) X(IsNaN) X(IsInf) X(Add) X(Sub)       \
   X(Mul) X(Div) X(Pow) X(Max) X(Min) X(PRelu) X(Equal) X(Less) X(LessOrEqual) X(Greater)          \
-  X(GreaterOrEqual) X(And) X(Or) X(Xor) X(Where) X(Clip) X(ReluGrad) X(SigmoidGrad) X(TanhGrad)
+  X(GreaterOrEqual) X(And) X(Or) X(Xor) X(Where) X(Clip) X(ReluGrad) X(LeakyReluGrad)          \
+  X(SigmoidGrad) X(TanhGrad)
 
 template <typename R>
 AMPC_HD R fusedEval(FusedOp op, const FusedParams &p, R x, R y, R z) {

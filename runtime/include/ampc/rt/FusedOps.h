@@ -26,6 +26,7 @@ enum class FusedOp : uint8_t {
   Where, Clip,
   // ampc gradient helpers that are elementwise.
   ReluGrad,      ///< (dy, y) -> dy * (y > 0)
+  LeakyReluGrad, ///< (dy, s) -> s > 0 ? dy : alpha * dy
   SigmoidGrad,   ///< (dy, y) -> dy * y * (1 - y)
   TanhGrad,      ///< (dy, y) -> dy * (1 - y * y)
   Count
@@ -62,6 +63,7 @@ inline constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::And, "And", 2},               {FusedOp::Or, "Or", 2},
     {FusedOp::Xor, "Xor", 2},               {FusedOp::Where, "Where", 3},
     {FusedOp::Clip, "Clip", 3},             {FusedOp::ReluGrad, "ampc.ReluGrad", 2},
+    {FusedOp::LeakyReluGrad, "ampc.LeakyReluGrad", 2},
     {FusedOp::SigmoidGrad, "ampc.SigmoidGrad", 2}, {FusedOp::TanhGrad, "ampc.TanhGrad", 2},
 };
 

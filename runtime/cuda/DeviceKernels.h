@@ -142,6 +142,38 @@ struct CopyArgs {
 /// Gather along one axis: X viewed as [outer, dim, inner], the result as
 /// [outer, n, inner] for n indices; negative indices count from the end, an
 /// index out of range yields zeros (as the CPU kernel).
+/// dX of Gather (an Embedding's gradient): one thread per (outer slice,
+/// column) adds dY over the indices in order, as the CPU kernel does, so
+/// repeated indices add up deterministically and in the CPU's order; fp32
+/// accumulation (in `acc` when dX is narrower), out-of-range indices dropped.
+struct GatherGradArgs {
+  const void *dy = nullptr, *indices = nullptr;
+  void *dx = nullptr;
+  float *acc = nullptr; ///< dX itself when fp32
+  uint8_t indexType = 0, dyType = 0, dxType = 0;
+  int64_t n = 0, dim = 0, inner = 1;
+
+  static AMPC_HD void run(const GatherGradArgs &a, int64_t i) {
+    int64_t o = i / a.inner, c = i - o * a.inner;
+    for (int64_t k = 0; k < a.dim; ++k)
+      a.acc[(o * a.dim + k) * a.inner + c] = 0.0f;
+    for (int64_t j = 0; j < a.n; ++j) {
+      int64_t k = a.indexType == FusedElem::I64 ? static_cast<const int64_t *>(a.indices)[j]
+                                                : static_cast<const int32_t *>(a.indices)[j];
+      if (k < 0)
+        k += a.dim;
+      if (k < 0 || k >= a.dim)
+        continue;
+      a.acc[(o * a.dim + k) * a.inner + c] += loadAsFloat(a.dyType, a.dy, (o * a.n + j) * a.inner + c);
+    }
+    if (static_cast<void *>(a.acc) != a.dx)
+      for (int64_t k = 0; k < a.dim; ++k) {
+        int64_t at = (o * a.dim + k) * a.inner + c;
+        storeFromFloat(a.dxType, a.dx, at, a.acc[at]);
+      }
+  }
+};
+
 struct GatherArgs {
   const void *x = nullptr, *indices = nullptr;
   void *y = nullptr;
@@ -1046,6 +1078,7 @@ struct DropoutArgs {
   X(Fused, FusedArgs)                                                                              \
   X(Copy, CopyArgs)                                                                                \
   X(Gather, GatherArgs)                                                                            \
+  X(GatherGrad, GatherGradArgs)                                                                    \
   X(Reduce, ReduceArgs)                                                                            \
   X(Softmax, SoftmaxArgs)                                                                          \
   X(LayerNorm, LayerNormArgs)                                                                      \

@@ -369,6 +369,8 @@ public:
   bool lowerSlice(std::string &error);
   bool lowerSliceGrad(std::string &error);
   bool lowerPad(std::string &error);
+  bool lowerGatherGrad(std::string &error);
+  bool lowerTile(std::string &error);
   bool sliceGeometry(const std::vector<int64_t> &shape, int64_t &offset,
                      std::vector<int64_t> &strides, std::string &error) const;
   bool lowerGather(std::string &error);
@@ -816,6 +818,36 @@ bool StepLowering::lowerSlice(std::string &error) {
   return copyKernel(y.shape, src, stridesOf(y.shape), x.at(offset), y.p, x.elemBytes(), error);
 }
 
+/// Tile: one strided copy over Y viewed as [r0, d0, r1, d1, ...], reading X
+/// with stride 0 along the repeat axes.
+bool StepLowering::lowerTile(std::string &error) {
+  Operand x = input(0), y = output(0);
+  if (!x.present() || !y.present() || x.type != y.type || x.rank() != y.rank()) {
+    error = "Tile takes an operand and a result of its type and rank";
+    return false;
+  }
+  std::vector<int64_t> repeats;
+  if (!constantInts(1, repeats, error))
+    return false;
+  if (static_cast<int>(repeats.size()) != x.rank()) {
+    error = "repeats must hold one entry per axis";
+    return false;
+  }
+  std::vector<int64_t> xs = stridesOf(x.shape), ys = stridesOf(y.shape), shape, src, dst;
+  for (int d = 0; d < x.rank(); ++d) {
+    if (repeats[d] < 0 || x.shape[d] * repeats[d] != y.shape[d]) {
+      error = "the result's shape is not the operand's times repeats";
+      return false;
+    }
+    shape.insert(shape.end(), {repeats[d], x.shape[d]});
+    src.insert(src.end(), {0, xs[d]});
+    dst.insert(dst.end(), {x.shape[d] * ys[d], ys[d]});
+  }
+  if (y.numel == 0)
+    return true;
+  return copyKernel(shape, src, dst, x.p, y.p, x.elemBytes(), error);
+}
+
 /// dX of a Slice: zeros, and dY copied to the elements the slice read (a
 /// slice never reads an element twice).
 bool StepLowering::lowerSliceGrad(std::string &error) {
@@ -914,6 +946,47 @@ bool StepLowering::lowerGather(std::string &error) {
     return false;
   }
   kernel(KernelKind::Gather, g, y.numel);
+  return true;
+}
+
+bool StepLowering::lowerGatherGrad(std::string &error) {
+  Operand dy = input(0), ind = input(1), dx = output(0);
+  if (!dy.present() || !ind.present() || !dx.present()) {
+    error = "GatherGrad takes dY and indices";
+    return false;
+  }
+  if (!requireFloat({0}, {0}, error))
+    return false;
+  if (ind.type != FusedElem::I64 && ind.type != FusedElem::I32) {
+    error = "indices must be int64 or int32";
+    return false;
+  }
+  int64_t axis = normalizeAxis(attrInt("axis", 0), dx.rank());
+  if (axis < 0) {
+    error = "axis out of range";
+    return false;
+  }
+  GatherGradArgs g;
+  g.dy = dy.p;
+  g.indices = ind.p;
+  g.dx = dx.p;
+  g.indexType = ind.type;
+  g.dyType = dy.type;
+  g.dxType = dx.type;
+  g.n = ind.numel;
+  g.dim = dx.shape[axis];
+  g.inner = product(dx.shape, axis + 1);
+  int64_t outer = product(dx.shape, 0, axis);
+  if (dy.numel != outer * g.n * g.inner) {
+    error = "dY does not match the indices and shape";
+    return false;
+  }
+  g.acc = dx.type == FusedElem::F32 ? static_cast<float *>(dx.p) : ws_.alloc<float>(dx.numel);
+  if (outer * g.inner == 0) {
+    memset0(dx.p, static_cast<size_t>(dx.numel) * dx.elemBytes());
+    return true;
+  }
+  kernel(KernelKind::GatherGrad, g, outer * g.inner);
   return true;
 }
 
@@ -2077,7 +2150,9 @@ const std::map<std::string, LowerFn> &table() {
     simple("Slice", &StepLowering::lowerSlice);
     simple("ampc.SliceGrad", &StepLowering::lowerSliceGrad);
     simple("Pad", &StepLowering::lowerPad);
+    simple("Tile", &StepLowering::lowerTile);
     simple("Gather", &StepLowering::lowerGather);
+    simple("ampc.GatherGrad", &StepLowering::lowerGatherGrad);
     simple("MatMul", &StepLowering::lowerMatMul);
     simple("Gemm", &StepLowering::lowerGemm);
     simple("LayerNormalization", &StepLowering::lowerLayerNorm);

@@ -491,6 +491,12 @@ TEST(CudaEmulation, DataMovement) {
       <int64[2] st = {1, 7}, int64[2] en = {5, 1}, int64[2] ax = {0, 1}, int64[2] sp = {2, -2}> {
       dx = ampc.SliceGrad <shape = [6, 8]> (dy, st, en, ax, sp)
     })");
+  compareOp("ampc.GatherGrad", header(true) + R"(g (T[5,2,3,3] dy, int64[2,3] i) => (T[5,4,3] dx) {
+      dx = ampc.GatherGrad <axis = 1, shape = [5, 4, 3]> (dy, i)
+    })", {{"i", intsIn(-4, 5)}});
+  compareOp("Tile", header() + R"(g (T[2,3,4] a) => (T[4,3,12] y) <int64[3] r = {2, 1, 3}> {
+      y = Tile(a, r)
+    })");
   compareOp("Pad", header() + R"(g (T[2,3,4] a) => (T[3,3,7] y) <int64[6] p = {1, 0, 2, 0, 0, 1}> {
       y = Pad(a, p)
     })");
@@ -603,7 +609,7 @@ struct StepCase {
 };
 
 std::string pipeline(const StepCase &c) {
-  std::string p = "canonicalize,";
+  std::string p = "canonicalize,decompose,";
   if (std::string(c.precision) != "fp32")
     p += std::string("autocast{dtype=") + c.precision + "},";
   p += "autodiff,";
@@ -614,7 +620,10 @@ std::string pipeline(const StepCase &c) {
   p += std::string("loss-scale{mode=") +
        (std::string(c.precision) == "fp16" ? "dynamic init=1024" : "none") + "},";
   p += std::string("optimizer{optimizer=") + c.optimizer + " lr=0.01},canonicalize";
-  return p;
+  // The rest of --train: parameter copies as state, recomputation.
+  if (std::string(c.precision) != "fp32")
+    p += ",cast-cache";
+  return p + ",remat";
 }
 
 bool compilePlan(const StepCase &c, plan::Plan &out) {
@@ -763,7 +772,9 @@ void compareTraining(const BackendFactory &make, const char *what) {
                             {"mlp", "bf16", "sgd", 1},          {"mlp", "fp16", "sgd", 2},
                             {"cnn", "fp32", "adamw", 1},        {"cnn", "fp16", "adamw", 1},
                             {"cnn", "bf16", "adamw", 1},        {"transformer", "fp32", "adamw", 1},
-                            {"transformer", "fp16", "adamw", 1}, {"transformer", "bf16", "adamw", 1}};
+                            {"transformer", "fp16", "adamw", 1}, {"transformer", "bf16", "adamw", 1},
+                            {"gpt", "fp32", "adamw", 1},        {"gpt", "fp16", "adamw", 1},
+                            {"decoder", "fp32", "adamw", 1},    {"decoder", "fp16", "sgd", 1}};
   for (const StepCase &c : cases) {
     SCOPED_TRACE(std::string(what) + ": " + c.fixture + " " + c.precision + " " + c.optimizer +
                  (c.accumulate > 1 ? " accumulate" : ""));
@@ -820,7 +831,7 @@ TEST(CudaEmulation, FixtureTrainingStepsMatchTheCpu) {
 TEST(CudaEmulation, LowersEveryFixturePlan) {
   std::printf("  %-11s %-4s %6s %9s %7s %6s %6s\n", "fixture", "prec", "steps", "launches",
               "kernels", "gemms", "copies");
-  for (const char *f : {"mlp", "cnn", "transformer"})
+  for (const char *f : {"mlp", "cnn", "transformer", "gpt", "decoder"})
     for (const char *prec : {"fp32", "fp16", "bf16"}) {
       plan::Plan p;
       ASSERT_TRUE(compilePlan({f, prec, "adamw", 1}, p));

@@ -273,6 +273,7 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   auto start = Clock::now();
   int64_t first = counters["step"];
   int64_t reportEvery = std::max<int64_t>(1, (opts.steps - first) / 20);
+  bool lastSkipped = false;
   // With --data and one "step" program, the next batch is written as soon as
   // the step is enqueued: an asynchronous backend (CUDA) copies it while the
   // step runs. Checkpoints record the data position before that prefetch, so
@@ -309,6 +310,7 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
     double scale = scalarOutput(*session, outputProgram, scaleName);
     double foundInf = scalarOutput(*session, outputProgram, infName);
     bool skipped = !std::isnan(foundInf) && foundInf != 0;
+    lastSkipped = skipped;
     if (metrics)
       std::fprintf(metrics.get(),
                    "{\"step\": %lld, \"loss\": %s, \"loss_scale\": %s, \"skipped\": %s, "
@@ -358,8 +360,16 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   if (!opts.checkpointDir.empty() &&
       !session->saveCheckpoint(opts.checkpointDir, stepCounters, error))
     return fail(error);
-  if (!opts.dumpGrads.empty() && !session->dumpGradients(opts.dumpGrads, error))
-    return fail(error);
+  if (!opts.dumpGrads.empty()) {
+    // A skipped step's gradients overflowed: say so rather than leave the
+    // user to find inf in the files.
+    if (lastSkipped)
+      err << "amp-run: warning: the last step overflowed and was skipped: the gradients in "
+          << opts.dumpGrads << " hold inf or NaN (start the loss scale lower, or run more "
+          << "steps)\n";
+    if (!session->dumpGradients(opts.dumpGrads, error))
+      return fail(error);
+  }
   if (!opts.dumpParams.empty() && !session->dumpParameters(opts.dumpParams, error))
     return fail(error);
   if (!opts.exportOnnx.empty() && !session->exportOnnx(opts.exportOnnx, error))

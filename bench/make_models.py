@@ -4,6 +4,8 @@
   wide_mlp.onnx       1024 -> 1024 -> 1024 -> 1024 -> 10 MLP, batch 256, cross entropy
   deep_chain.onnx     a generated graph of about 10,000 nodes (compile-time benchmark)
   chain_<n>.onnx      the same family at other sizes, to check linear growth
+  conv_net.onnx       three 3x3 convolutions 64 -> 128 -> 128 -> 64 on 32x32, batch 8, MSE
+                      (with conv_input.npy, conv_target.npy: bf16 convolutions, --bf16-conv)
 
 Usage: /usr/bin/python3 bench/make_models.py OUTDIR
 """
@@ -41,6 +43,29 @@ def export_wide_mlp(path):
                       do_constant_folding=False)
 
 
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(64, 128, 3, padding=1)
+        self.c2 = nn.Conv2d(128, 128, 3, padding=1)
+        self.c3 = nn.Conv2d(128, 64, 3, padding=1)
+
+    def forward(self, x, target):
+        y = self.c3(F.relu(self.c2(F.relu(self.c1(x)))))
+        return ((y - target) ** 2).mean()
+
+
+def export_conv_net(outdir):
+    torch.manual_seed(0)
+    x = torch.randn(8, 64, 32, 32)
+    t = torch.randn(8, 64, 32, 32)
+    torch.onnx.export(ConvNet(), (x, t), os.path.join(outdir, "conv_net.onnx"),
+                      input_names=["input", "target"], output_names=["loss"], opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    np.save(os.path.join(outdir, "conv_input.npy"), x.numpy())
+    np.save(os.path.join(outdir, "conv_target.npy"), t.numpy())
+
+
 def chain_model(path, blocks):
     """A residual chain: each block is MatMul, Add, Relu, Mul, Add (5 nodes)."""
     rng = np.random.default_rng(0)
@@ -73,6 +98,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/out"
     os.makedirs(out, exist_ok=True)
     export_wide_mlp(os.path.join(out, "wide_mlp.onnx"))
+    export_conv_net(out)
     for blocks in (250, 500, 1000, 2000):
         chain_model(os.path.join(out, "chain_%d.onnx" % (blocks * 5 + 1)), blocks)
     print("models written to", out)

@@ -305,10 +305,23 @@ void Autocaster::collectFloatNodes() {
   }
 }
 
+/// Ops whose ONNX schemas at opset 17 list float16 but not bfloat16, and
+/// which every ampc backend (interpreter, CPU through oneDNN's native bf16
+/// convolution, CUDA) runs in bf16 anyway, as PyTorch's CPU autocast runs
+/// convolutions in bf16. Opt-in (AutocastOptions::bf16BeyondSchema): the
+/// graph is then not checker-valid ONNX, which --emit=onnx of the rewritten
+/// graph checks; plans do not care.
+bool bf16BeyondSchema(const Node &n) {
+  return n.domain().empty() && (n.is("Conv") || n.is("MaxPool") || n.is("AveragePool") ||
+                                n.is("GlobalAveragePool") || n.is("GlobalMaxPool"));
+}
+
 std::optional<std::string> Autocaster::cannotRunLow(const FloatNode &f) const {
   const Node &n = *f.node;
   if (f.sig.inputs.empty())
     return n.qualifiedOpType() + " sets its float result type by attribute";
+  if (low_ == DType::BF16 && opts_.bf16BeyondSchema && bf16BeyondSchema(n))
+    return std::nullopt;
   if (std::find(f.sig.allowed.begin(), f.sig.allowed.end(), onnxTypeString(low_)) ==
       f.sig.allowed.end())
     return n.qualifiedOpType() + " has no " + lowName() + " form at opset " +
@@ -850,6 +863,7 @@ private:
     AutocastOptions o;
     std::vector<std::string> remarks;
     o.lowType = opts_.getString("dtype") == "bf16" ? DType::BF16 : DType::F16;
+    o.bf16BeyondSchema = opts_.getBool("bf16-conv");
     std::string path = opts_.getString("policy");
     if (!path.empty())
       if (auto err = o.policy.applyFile(path))
@@ -942,7 +956,11 @@ void registerAutocastPass() {
         {"fp32-ops", OptionType::List, "Operators to keep in fp32", "", {}},
         {"lowp-ops", OptionType::List, "Operators to run in low precision", "", {}},
         {"fp32-nodes", OptionType::List, "Nodes (by name) to keep in fp32", "", {}},
-        {"lowp-nodes", OptionType::List, "Nodes (by name) to run in low precision", "", {}}},
+        {"lowp-nodes", OptionType::List, "Nodes (by name) to run in low precision", "", {}},
+        {"bf16-conv", OptionType::Bool,
+         "bf16: also run Conv and pooling in bf16, beyond their opset-17 schemas (the rewritten "
+         "graph is no longer checker-valid ONNX)",
+         "false", {}}},
        "dtype",
        [](const PassOptions &opts) { return std::make_unique<AutocastPass>(opts); }});
 }

@@ -100,6 +100,9 @@ const ForwardedFlag kForwardedFlags[] = {
     {"lowp-ops", "autocast", "lowp-ops", "Operators autocast runs in low precision: A,B,..."},
     {"fp32-nodes", "autocast", "fp32-nodes", "Nodes (by name) autocast keeps in fp32"},
     {"lowp-nodes", "autocast", "lowp-nodes", "Nodes (by name) autocast runs in low precision"},
+    {"bf16-conv", "autocast", "bf16-conv",
+     "With bf16: run Conv and pooling in bf16 too (beyond ONNX opset 17's schemas, as "
+     "PyTorch's CPU autocast does)"},
     {"loss", "autodiff", "loss", "The loss to differentiate (a scalar float graph output)"},
     {"params", "autodiff", "params", "Parameters to train: all, or n1,n2,..."},
     {"freeze", "autodiff", "freeze", "Parameters not to train: n1,n2,..."},

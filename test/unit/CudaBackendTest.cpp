@@ -610,8 +610,11 @@ struct StepCase {
 
 std::string pipeline(const StepCase &c) {
   std::string p = "canonicalize,decompose,";
-  if (std::string(c.precision) != "fp32")
-    p += std::string("autocast{dtype=") + c.precision + "},";
+  std::string precision = c.precision;
+  if (precision == "bf16conv") // bf16 with Conv and pooling in bf16 too
+    p += "autocast{dtype=bf16 bf16-conv=true},";
+  else if (precision != "fp32")
+    p += "autocast{dtype=" + precision + "},";
   p += "autodiff,";
   if (c.accumulate > 1)
     p += "accumulate{steps=" + std::to_string(c.accumulate) + "},";
@@ -764,7 +767,7 @@ bool train(const plan::Plan &p, const BackendFactory &make, const std::string &f
 /// orders (GEMMs, reductions), and low-precision steps amplify a one-ulp
 /// difference of a stored activation into their gradients.
 double stepTolerance(const std::string &precision) {
-  return precision == "fp32" ? 1e-4 : precision == "fp16" ? 2e-2 : 5e-2;
+  return precision == "fp32" ? 1e-4 : precision == "fp16" ? 2e-2 : 5e-2; // bf16, bf16conv
 }
 
 void compareTraining(const BackendFactory &make, const char *what) {
@@ -774,7 +777,8 @@ void compareTraining(const BackendFactory &make, const char *what) {
                             {"cnn", "bf16", "adamw", 1},        {"transformer", "fp32", "adamw", 1},
                             {"transformer", "fp16", "adamw", 1}, {"transformer", "bf16", "adamw", 1},
                             {"gpt", "fp32", "adamw", 1},        {"gpt", "fp16", "adamw", 1},
-                            {"decoder", "fp32", "adamw", 1},    {"decoder", "fp16", "sgd", 1}};
+                            {"decoder", "fp32", "adamw", 1},    {"decoder", "fp16", "sgd", 1},
+                            {"cnn", "bf16conv", "adamw", 1},    {"decoder", "bf16conv", "sgd", 1}};
   for (const StepCase &c : cases) {
     SCOPED_TRACE(std::string(what) + ": " + c.fixture + " " + c.precision + " " + c.optimizer +
                  (c.accumulate > 1 ? " accumulate" : ""));

@@ -180,8 +180,12 @@ class PlanVsInterpreter : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
   const Case &c = GetParam();
+  // "bf16conv": bf16 with Conv and pooling in bf16 too (autocast option bf16-conv).
+  std::string precision = c.precision;
   std::string autocast =
-      std::string(c.precision) == "fp32" ? "" : std::string("autocast{dtype=") + c.precision + "},";
+      precision == "fp32"        ? ""
+      : precision == "bf16conv" ? "autocast{dtype=bf16 bf16-conv=true},"
+                                 : "autocast{dtype=" + precision + "},";
   // The --train pipeline: recomputed values and cached casts included.
   std::string pipeline = "canonicalize,decompose," + autocast +
                          "autodiff,loss-scale,optimizer{optimizer=adamw lr=0.01},canonicalize," +
@@ -311,7 +315,8 @@ const Case kCases[] = {{"mlp", "fp32"},         {"mlp", "fp16"},         {"mlp",
                        {"transformer", "fp32"}, {"transformer", "fp16"}, {"transformer", "bf16"},
                        {"zoo", "fp32"},         {"zoo", "fp16"},         {"zoo", "bf16"},
                        {"reductions", "fp32"},  {"reductions", "fp16"},  {"reductions", "bf16"},
-                       {"decoder", "fp32"},     {"decoder", "fp16"},     {"decoder", "bf16"}};
+                       {"decoder", "fp32"},     {"decoder", "fp16"},     {"decoder", "bf16"},
+                       {"cnn", "bf16conv"},    {"decoder", "bf16conv"}};
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlanVsInterpreter, ::testing::ValuesIn(kCases),
                          [](const auto &info) {

@@ -23,6 +23,10 @@ struct AutocastOptions {
   /// F16 or BF16.
   DType lowType = DType::F16;
   AutocastPolicy policy = AutocastPolicy::defaults();
+  /// bf16 only: also run Conv and pooling in bf16, which every ampc backend
+  /// does (PyTorch's CPU autocast does too) although ONNX opset 17 lists no
+  /// bf16 form for them; the rewritten graph is then not checker-valid ONNX.
+  bool bf16BeyondSchema = false;
 };
 
 /// One row of the report: a float node of the input graph.

@@ -3,7 +3,7 @@
 #include "ampc/Lower/Lower.h"
 
 #include "Fusion.h"
-#include "MemoryPlanner.h"
+#include "ampc/Lower/MemoryPlanner.h"
 
 #include "ampc/Support/Error.h"
 #include "ampc/rt/FusedOps.h"

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "MemoryPlanner.h"
+#include "ampc/Lower/MemoryPlanner.h"
 
 #include <algorithm>
 #include <functional>
@@ -28,11 +28,14 @@ struct Placed {
   int first, last;
 };
 
-/// Places requests in the given order; returns the arena size. Placed
-/// buffers are kept in a vector sorted by offset, so finding the best gap is
-/// one contiguous walk that skips the buffers not live at the same time.
-uint64_t place(const std::vector<BufferRequest> &reqs, const std::vector<size_t> &order,
-               std::vector<uint64_t> &offsets) {
+} // namespace
+
+// Placed buffers are kept in a vector sorted by offset, so finding the best
+// gap is one contiguous walk that skips the buffers not live at the same
+// time. The walk is linear in the buffers placed so far, so planning is
+// quadratic; the unit test checks it against the definition.
+uint64_t placeBestFit(const std::vector<BufferRequest> &reqs, const std::vector<size_t> &order,
+                      std::vector<uint64_t> &offsets) {
   offsets.assign(reqs.size(), 0);
   std::vector<Placed> placed;
   placed.reserve(reqs.size());
@@ -60,8 +63,6 @@ uint64_t place(const std::vector<BufferRequest> &reqs, const std::vector<size_t>
   }
   return arena;
 }
-
-} // namespace
 
 MemoryPlan planMemory(const std::vector<BufferRequest> &reqs) {
   MemoryPlan plan;
@@ -97,8 +98,8 @@ MemoryPlan planMemory(const std::vector<BufferRequest> &reqs) {
     return area(a) > area(b);
   });
   std::vector<uint64_t> offsetsA, offsetsB;
-  uint64_t arenaA = place(reqs, bySize, offsetsA);
-  uint64_t arenaB = reqs.size() <= 4096 ? place(reqs, byArea, offsetsB)
+  uint64_t arenaA = placeBestFit(reqs, bySize, offsetsA);
+  uint64_t arenaB = reqs.size() <= 4096 ? placeBestFit(reqs, byArea, offsetsB)
                                         : std::numeric_limits<uint64_t>::max();
   if (arenaB < arenaA) {
     plan.offsets = std::move(offsetsB);

@@ -1,6 +1,7 @@
 //===- MemoryPlanner.h - Static placement of arena buffers ------*- C++ -*-===//
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,5 +27,12 @@ inline constexpr uint64_t kArenaAlignment = 64;
 /// decreasing size order (the placement of XLA's heap simulator), trying a
 /// few orders and keeping the smallest arena.
 MemoryPlan planMemory(const std::vector<BufferRequest> &requests);
+
+/// One best-fit placement: takes the requests in `order`, puts each at the
+/// lowest-addressed of the smallest gaps that is free during its whole live
+/// range, or on top of every buffer live with it. Fills `offsets` (indexed
+/// like `requests`) and returns the arena size.
+uint64_t placeBestFit(const std::vector<BufferRequest> &requests, const std::vector<std::size_t> &order,
+                      std::vector<uint64_t> &offsets);
 
 } // namespace ampc

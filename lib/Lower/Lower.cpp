@@ -395,12 +395,40 @@ private:
   /// is an int64 state of the plan, operand 3 of the step, which the kernel
   /// advances every run. Being state, checkpoints save it, so a resumed run
   /// draws the masks the uninterrupted one would.
+  ///
+  /// ONNX lets the runtime choose the seed when the node has none, and
+  /// PyTorch exports none: such a Dropout gets one derived from its
+  /// counter's (unique) name, so that two of them draw independent masks
+  /// (with one shared default they dropped the same elements every step).
   void addDropoutCounter(plan::Step &s, const Node &n) {
     while (s.inputs_size() < 3)
       s.add_inputs(-1);
-    int id = addTensor(n.displayName() + ".dropout_run", TensorType(DType::I64, {}), plan::STATE);
+    std::string name = uniqueCounterName(n.displayName() + ".dropout_run");
+    int id = addTensor(name, TensorType(DType::I64, {}), plan::STATE);
     setData(*p_.mutable_tensors(id), Tensor::scalar(DType::I64, 0.0));
     s.add_inputs(id);
+    if (n.hasAttr("seed"))
+      return;
+    plan::Attribute &seed = *s.add_attrs();
+    seed.set_name("seed");
+    seed.set_i(static_cast<int64_t>(stableHash(name)));
+  }
+
+  /// State names are checkpoint keys: nodes sharing a name (or having
+  /// none) must not share a counter.
+  std::string uniqueCounterName(const std::string &base) {
+    std::string name = base;
+    for (int i = 1; !counterNames_.insert(name).second || g_.findValue(name); ++i)
+      name = base + "." + std::to_string(i);
+    return name;
+  }
+
+  /// FNV-1a: the same seed for the same plan on every machine and build.
+  static uint64_t stableHash(const std::string &text) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (unsigned char c : text)
+      h = (h ^ c) * 0x100000001b3ull;
+    return h;
   }
 
   int constantScalar(DType dtype, double value) {
@@ -834,6 +862,7 @@ private:
   std::unordered_map<const Value *, const Value *> widenedFrom_;
   std::unordered_set<const Value *> widenSources_;
   std::unordered_map<const Value *, int> stepOf_;
+  std::unordered_set<std::string> counterNames_; ///< Dropout run counters named so far
   std::unordered_set<int> pinned_;
 };
 

@@ -13,7 +13,8 @@
 // hash(seed, r, i) >= ratio. It depends only on (seed, run counter,
 // element), so it differs from step to step, does not depend on the thread
 // count, and a run can be replayed. The seed is the node's `seed` attribute
-// (0 when absent); the run counter is an int64 state of the plan.
+// (the lowering derives one for a node without it; 0 in a plan that has
+// none); the run counter is an int64 state of the plan.
 //
 //===----------------------------------------------------------------------===//
 

@@ -238,6 +238,17 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
           error = what + " writes tensor " + std::to_string(id) + ", which it may not";
           return false;
         }
+      // Dropout advances its run counter, operand 3, in place: it must be
+      // plan state of its own (not a constant, not a view into another tensor).
+      if (step.op() == "Dropout" && step.inputs_size() > 3 && step.inputs(3) != -1) {
+        const plan::Tensor &counter = p.tensors(step.inputs(3));
+        if (counter.storage() != plan::STATE || counter.has_view_of() || counter.type() != plan::I64 ||
+            counter.shape_size() != 0) {
+          error = what + " advances tensor " + std::to_string(step.inputs(3)) +
+                  " as its run counter, which must be an int64 scalar state";
+          return false;
+        }
+      }
       for (const auto &a : step.attrs())
         if (a.value_case() == plan::Attribute::kTensor &&
             (!tensorOk(a.tensor()) || p.tensors(a.tensor()).storage() != plan::CONSTANT)) {

@@ -310,6 +310,42 @@ TEST(PlanValidation, RejectsWideningAFloatOutput) {
                        "' widens float to float (only float16 and bfloat16 widen, to float)");
 }
 
+/// Dropout advances its run counter (operand 3) in place: a plan pointing
+/// it at anything but an int64 scalar state (here a constant another step
+/// reads) is refused at load instead of corrupting that tensor every step.
+TEST(PlanValidation, RejectsDropoutCounterThatIsNotState) {
+  auto model = importModelText(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[4] x) => (float y) <int64 k = {1}, float[3,4] tab = {0,1,2,3,4,5,6,7,8,9,10,11}> {
+  r = Constant <value = float {0.5}> ()
+  t = Constant <value = bool {1}> ()
+  d = Dropout (x, r, t)
+  row = Gather (tab, k)
+  p = Mul (d, row)
+  y = ReduceSum <keepdims = 0> (p)
+})",
+                               "dropout-counter");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  StepRunner oracle;
+  ASSERT_TRUE(oracle.compile(std::move(*model), "canonicalize"));
+  auto p = lowerToPlan(oracle.graph());
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  std::string error;
+  ASSERT_TRUE(rt::validatePlan(*p, error)) << error;
+  int constant = -1;
+  for (int i = 0; i < p->tensors_size(); ++i)
+    if (p->tensors(i).storage() == plan::CONSTANT && p->tensors(i).type() == plan::I64)
+      constant = i;
+  ASSERT_NE(constant, -1);
+  for (plan::Step &step : *p->mutable_programs(0)->mutable_steps())
+    if (step.op() == "Dropout") {
+      ASSERT_EQ(step.inputs_size(), 4);
+      step.set_inputs(3, constant);
+    }
+  EXPECT_FALSE(rt::validatePlan(*p, error));
+  EXPECT_NE(error.find("as its run counter, which must be an int64 scalar state"), std::string::npos)
+      << error;
+}
+
 const Case kCases[] = {{"mlp", "fp32"},         {"mlp", "fp16"},         {"mlp", "bf16"},
                        {"cnn", "fp32"},         {"cnn", "fp16"},         {"cnn", "bf16"},
                        {"transformer", "fp32"}, {"transformer", "fp16"}, {"transformer", "bf16"},

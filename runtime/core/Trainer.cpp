@@ -365,9 +365,14 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
     // user to find inf in the files.
     if (lastSkipped)
       err << "amp-run: warning: the last step overflowed and was skipped: the gradients in "
-          << opts.dumpGrads << " hold inf or NaN (start the loss scale lower, or run more "
+          << opts.dumpGrads << " may hold inf or NaN (start the loss scale lower, or run more "
           << "steps)\n";
-    if (!session->dumpGradients(opts.dumpGrads, error))
+    // A resumed run already at --steps computed no gradient: the buffers
+    // hold nothing of the last step, so write nothing.
+    if (first >= opts.steps)
+      err << "amp-run: warning: no step ran (resumed at step " << first << ", --steps "
+          << opts.steps << "): --dump-grads writes no gradients\n";
+    else if (!session->dumpGradients(opts.dumpGrads, error))
       return fail(error);
   }
   if (!opts.dumpParams.empty() && !session->dumpParameters(opts.dumpParams, error))

@@ -937,6 +937,11 @@ llvm::Expected<AutocastResult> autocast(Graph &g, const AutocastOptions &opts) {
   if (opts.lowType != DType::F16 && opts.lowType != DType::BF16)
     return makeError("autocast: the low-precision type must be fp16 or bf16, got " +
                      shortDTypeName(opts.lowType));
+  // fp16 convolutions would be just as far beyond the schemas, but no CPU
+  // kernel takes them and PyTorch's CPU autocast does not do it either.
+  if (opts.bf16BeyondSchema && opts.lowType != DType::BF16)
+    return makeError("autocast: bf16-conv applies to bf16 only (the low-precision type is " +
+                     shortDTypeName(opts.lowType) + ")");
   AutocastResult result;
   result.lowType = opts.lowType;
   result.policy = llvm::join(opts.policy.sources(), " + ");

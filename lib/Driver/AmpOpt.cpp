@@ -192,6 +192,21 @@ struct PipelineItem {
 /// The passes of --train; their own flags give their options.
 const char *const kTrainStages[] = {"autodiff", "accumulate", "loss-scale", "optimizer"};
 
+/// A flag forwarded to a pass the pipeline does not run would do nothing
+/// (--bf16-conv without bf16, --fp32-ops with --train at fp32): say so.
+llvm::Error checkForwardedFlagsUsed(const PassManager &pm) {
+  for (size_t i = 0; i < std::size(kForwardedFlags); ++i) {
+    const ForwardedFlag &f = kForwardedFlags[i];
+    if (forwardedOpts()[i]->getNumOccurrences() && !pm.contains(f.pass))
+      return makeError(std::string("--") + f.flag + " is an option of the " + f.pass +
+                       " pass, which this pipeline does not run" +
+                       (llvm::StringRef(f.pass) == "autocast"
+                            ? " (it runs with --precision=fp16 or bf16)"
+                            : ""));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error buildTrainPipeline(PassManager &pm,
                                const std::vector<std::unique_ptr<cl::list<std::string>>> &passFlags) {
   std::map<std::string, std::string> stageOptions;
@@ -462,6 +477,8 @@ int ampOptMain(int argc, char **argv) {
   if (printAfterAll)
     pm.printAfterAll = &llvm::errs();
   if (auto err = buildPipeline(pm, passFlags))
+    return fail(std::move(err));
+  if (auto err = checkForwardedFlagsUsed(pm))
     return fail(std::move(err));
 
   if (!splitInputFile) {

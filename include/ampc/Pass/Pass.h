@@ -15,6 +15,7 @@
 #include "llvm/Support/Timer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -140,6 +141,10 @@ public:
 
   llvm::Error run(Graph &g, PassContext &ctx);
   size_t size() const { return passes_.size(); }
+  bool contains(llvm::StringRef name) const {
+    return std::any_of(passes_.begin(), passes_.end(),
+                       [&](const std::unique_ptr<Pass> &p) { return p->name() == name; });
+  }
 
 private:
   std::vector<std::unique_ptr<Pass>> passes_;

@@ -139,9 +139,6 @@ struct CopyArgs {
   }
 };
 
-/// Gather along one axis: X viewed as [outer, dim, inner], the result as
-/// [outer, n, inner] for n indices; negative indices count from the end, an
-/// index out of range yields zeros (as the CPU kernel).
 /// dX of Gather (an Embedding's gradient): one thread per (outer slice,
 /// column) adds dY over the indices in order, as the CPU kernel does, so
 /// repeated indices add up deterministically and in the CPU's order; fp32
@@ -174,6 +171,9 @@ struct GatherGradArgs {
   }
 };
 
+/// Gather along one axis: X viewed as [outer, dim, inner], the result as
+/// [outer, n, inner] for n indices; negative indices count from the end, an
+/// index out of range yields zeros (as the CPU kernel).
 struct GatherArgs {
   const void *x = nullptr, *indices = nullptr;
   void *y = nullptr;

@@ -350,10 +350,8 @@ llvm::Expected<std::string> emitPlan(const Graph &g, const ImportedModel &import
   opts.modelParameters = imported.parameters;
   opts.originalModel = imported.bytes;
   opts.info.push_back({"precision", precision.empty() ? "fp32" : precision.getValue()});
-  auto p = [&] {
-    llvm::TimeRegion region(timerFor("lower to a plan"));
-    return lowerToPlan(g, opts);
-  }();
+  opts.timerFor = timerFor;
+  auto p = lowerToPlan(g, opts);
   if (!p)
     return p.takeError();
   if (defaultEmit() == "plan") {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -75,33 +76,53 @@ public:
       stateOf_[b.state] = b.updated;
       updatedStates_.insert(b.updated);
     }
-    findWidenedOutputs();
-    auto specs = splitPrograms();
-    if (!specs)
-      return specs.takeError();
-    createValueTensors();
+    std::optional<std::vector<ProgramSpec>> specs;
+    {
+      llvm::TimeRegion region(timer("lower: programs and tensors"));
+      findWidenedOutputs();
+      auto split = splitPrograms();
+      if (!split)
+        return split.takeError();
+      specs = std::move(*split);
+      createValueTensors();
+    }
     for (const ProgramSpec &spec : *specs) {
       plan::Program &prog = *p_.add_programs();
       prog.set_name(spec.name);
-      emitSteps(prog, spec.nodes);
+      {
+        llvm::TimeRegion region(timer("lower: fusion and steps"));
+        emitSteps(prog, spec.nodes);
+      }
+      llvm::TimeRegion region(timer("lower: bindings and in-place updates"));
       bindInputsAndOutputs(prog, spec);
       makeUpdatesInPlace(prog, spec);
       computeOutputsInPlace(prog);
       prog.set_launches(prog.steps_size());
     }
-    for (const plan::Program &prog : p_.programs())
-      if (auto err = checkDefinedBeforeUse(prog))
-        return std::move(err);
-    collectPinned();
-    for (int i = 0; i < p_.programs_size(); ++i)
-      planArena(p_.programs(i));
-    placePinned();
-    finishMemoryStats();
+    {
+      llvm::TimeRegion region(timer("lower: bindings and in-place updates"));
+      for (const plan::Program &prog : p_.programs())
+        if (auto err = checkDefinedBeforeUse(prog))
+          return std::move(err);
+    }
+    {
+      llvm::TimeRegion region(timer("lower: memory plan"));
+      collectPinned();
+      for (int i = 0; i < p_.programs_size(); ++i)
+        planArena(p_.programs(i));
+      placePinned();
+      finishMemoryStats();
+    }
+    llvm::TimeRegion region(timer("lower: parameters"));
     addParameters();
     return std::move(p_);
   }
 
 private:
+  llvm::Timer *timer(llvm::StringRef phase) const {
+    return opts_.timerFor ? opts_.timerFor(phase) : nullptr;
+  }
+
   int addTensor(const std::string &name, const TensorType &type, plan::Storage storage) {
     plan::Tensor &t = *p_.add_tensors();
     t.set_name(name);

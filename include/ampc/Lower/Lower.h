@@ -11,8 +11,10 @@
 #include "ampc/IR/Graph.h"
 
 #include "llvm/Support/Error.h"
+#include "llvm/Support/Timer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,9 @@ struct LowerOptions {
   std::string originalModel;
   /// Shown by plan-text and amp-run (precision, optimizer...).
   std::vector<std::pair<std::string, std::string>> info;
+  /// When set, each phase of the lowering is timed with the timer it returns
+  /// for the phase's name (amp-opt --time-passes).
+  std::function<llvm::Timer *(llvm::StringRef phase)> timerFor;
 };
 
 /// Lowers a graph (typically a training step) to a plan.

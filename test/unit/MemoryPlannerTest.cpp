@@ -102,6 +102,39 @@ TEST(MemoryPlannerTest, PlanIsValidAndBounded) {
   }
 }
 
+/// Step-order placement never overlaps live buffers either, and planMemory
+/// keeps the better of it and best fit.
+TEST(MemoryPlannerTest, StepOrderIsValidAndPlanKeepsTheSmaller) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    auto reqs = randomRequests(rng, 100, trial % 2 ? 12 : 150);
+    MemoryPlan stepOrder;
+    stepOrder.arenaBytes = placeInStepOrder(reqs, stepOrder.offsets);
+    expectNoConflicts(reqs, stepOrder);
+    std::vector<size_t> bySize(reqs.size());
+    std::iota(bySize.begin(), bySize.end(), 0);
+    std::stable_sort(bySize.begin(), bySize.end(),
+                     [&](size_t a, size_t b) { return reqs[a].size > reqs[b].size; });
+    std::vector<uint64_t> offsets;
+    uint64_t bestFit = placeBestFit(reqs, bySize, offsets);
+    MemoryPlan plan = planMemory(reqs);
+    EXPECT_LE(plan.arenaBytes, std::min(stepOrder.arenaBytes, bestFit)) << "trial " << trial;
+  }
+}
+
+/// Best fit stops, rather than run quadratic time, past its budget.
+TEST(MemoryPlannerTest, BestFitStopsPastItsBudget) {
+  std::vector<BufferRequest> reqs(100, BufferRequest{64, 0, 10});
+  std::vector<size_t> order(reqs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<uint64_t> offsets;
+  uint64_t budget = 100 * 99 / 2;
+  EXPECT_EQ(placeBestFit(reqs, order, offsets, &budget), 6400u);
+  EXPECT_EQ(budget, 0u);
+  budget = 100 * 99 / 2 - 1;
+  EXPECT_EQ(placeBestFit(reqs, order, offsets, &budget), kOverBudget);
+}
+
 /// Saved activations of a deep chain: nested live ranges (forward i to
 /// backward i) plus short-lived temporaries; the plan reaches the lower bound.
 TEST(MemoryPlannerTest, NestedActivationsReachLowerBound) {

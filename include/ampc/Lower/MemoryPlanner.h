@@ -23,16 +23,31 @@ struct MemoryPlan {
 
 inline constexpr uint64_t kArenaAlignment = 64;
 
-/// Places buffers so that no two live at the same time overlap: best fit in
-/// decreasing size order (the placement of XLA's heap simulator), trying a
-/// few orders and keeping the smallest arena.
+/// Places buffers so that no two live at the same time overlap: in step
+/// order as a run-time allocator would, then, unless that reached the lower
+/// bound, by best fit in decreasing size order (the placement of XLA's heap
+/// simulator) within a budget; the smallest arena wins.
 MemoryPlan planMemory(const std::vector<BufferRequest> &requests);
+
+/// Placement in step order, as an allocator would do it at run time: at
+/// each step, buffers that died are released (merged with free neighbours),
+/// then each new buffer, largest first, takes the smallest free block that
+/// fits, else the top. O(n log n). Fills `offsets` (indexed like
+/// `requests`) and returns the arena size.
+uint64_t placeInStepOrder(const std::vector<BufferRequest> &requests,
+                          std::vector<uint64_t> &offsets);
 
 /// One best-fit placement: takes the requests in `order`, puts each at the
 /// lowest-addressed of the smallest gaps that is free during its whole live
 /// range, or on top of every buffer live with it. Fills `offsets` (indexed
-/// like `requests`) and returns the arena size.
+/// like `requests`) and returns the arena size. With `budget`, which it
+/// decrements by the pairs of buffers it compares (it is quadratic), it
+/// returns kOverBudget rather than go past it.
 uint64_t placeBestFit(const std::vector<BufferRequest> &requests, const std::vector<std::size_t> &order,
-                      std::vector<uint64_t> &offsets);
+                      std::vector<uint64_t> &offsets, uint64_t *budget = nullptr);
+
+inline constexpr uint64_t kOverBudget = UINT64_MAX;
+/// Comparisons planMemory lets best fit make, in all (about 0.1 s).
+inline constexpr uint64_t kBestFitBudget = uint64_t(1) << 27;
 
 } // namespace ampc

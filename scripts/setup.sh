@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libbenchmark-dev libdnnl-dev
   libonnx-testdata
   python3 python3-numpy python3-onnx zlib1g-dev libtinfo-dev
+  libmimalloc-dev
 )
 
 missing=()

@@ -183,9 +183,9 @@ private:
   /// accumulates gradients (passes/Accumulate.cpp).
   llvm::Expected<std::vector<ProgramSpec>> splitPrograms() const {
     std::vector<const Value *> plainOutputs;
+    std::unordered_set<const Value *> seen;
     for (const Value *v : g_.outputs())
-      if (!updatedStates_.count(v) &&
-          std::find(plainOutputs.begin(), plainOutputs.end(), v) == plainOutputs.end())
+      if (!updatedStates_.count(v) && seen.insert(v).second)
         plainOutputs.push_back(v);
     auto acc = g_.metadata.find(kAccumulateStatesKey);
     if (acc == g_.metadata.end()) {

@@ -139,21 +139,26 @@ struct CopyArgs {
   }
 };
 
-/// dX of Gather (an Embedding's gradient): one thread per (outer slice,
+/// dX of Gather (an Embedding's gradient), in up to three launches: the
+/// fp32 accumulator is zeroed (a memset); one thread per (outer slice,
 /// column) adds dY over the indices in order, as the CPU kernel does, so
-/// repeated indices add up deterministically and in the CPU's order; fp32
-/// accumulation (in `acc` when dX is narrower), out-of-range indices dropped.
+/// repeated indices add up deterministically and in the CPU's order
+/// (out-of-range indices dropped); when dX is narrower than fp32, a
+/// `convert` launch, one thread per element, rounds the sums into it.
 struct GatherGradArgs {
   const void *dy = nullptr, *indices = nullptr;
   void *dx = nullptr;
   float *acc = nullptr; ///< dX itself when fp32
   uint8_t indexType = 0, dyType = 0, dxType = 0;
+  bool convert = false;
   int64_t n = 0, dim = 0, inner = 1;
 
   static AMPC_HD void run(const GatherGradArgs &a, int64_t i) {
+    if (a.convert) {
+      storeFromFloat(a.dxType, a.dx, i, a.acc[i]);
+      return;
+    }
     int64_t o = i / a.inner, c = i - o * a.inner;
-    for (int64_t k = 0; k < a.dim; ++k)
-      a.acc[(o * a.dim + k) * a.inner + c] = 0.0f;
     for (int64_t j = 0; j < a.n; ++j) {
       int64_t k = a.indexType == FusedElem::I64 ? static_cast<const int64_t *>(a.indices)[j]
                                                 : static_cast<const int32_t *>(a.indices)[j];
@@ -163,11 +168,6 @@ struct GatherGradArgs {
         continue;
       a.acc[(o * a.dim + k) * a.inner + c] += loadAsFloat(a.dyType, a.dy, (o * a.n + j) * a.inner + c);
     }
-    if (static_cast<void *>(a.acc) != a.dx)
-      for (int64_t k = 0; k < a.dim; ++k) {
-        int64_t at = (o * a.dim + k) * a.inner + c;
-        storeFromFloat(a.dxType, a.dx, at, a.acc[at]);
-      }
   }
 };
 

@@ -986,7 +986,14 @@ bool StepLowering::lowerGatherGrad(std::string &error) {
     memset0(dx.p, static_cast<size_t>(dx.numel) * dx.elemBytes());
     return true;
   }
+  // Zeroing and narrowing are launches of their own: inside the per-column
+  // threads they were serial over the whole table (V rows for an Embedding).
+  memset0(g.acc, static_cast<size_t>(dx.numel) * sizeof(float));
   kernel(KernelKind::GatherGrad, g, outer * g.inner);
+  if (static_cast<void *>(g.acc) != dx.p) {
+    g.convert = true;
+    kernel(KernelKind::GatherGrad, g, dx.numel);
+  }
   return true;
 }
 

@@ -99,7 +99,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     export_wide_mlp(os.path.join(out, "wide_mlp.onnx"))
     export_conv_net(out)
-    for blocks in (250, 500, 1000, 2000):
+    for blocks in (250, 500, 1000, 2000, 4000, 8000):
         chain_model(os.path.join(out, "chain_%d.onnx" % (blocks * 5 + 1)), blocks)
     print("models written to", out)
 

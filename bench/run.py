@@ -125,7 +125,7 @@ def main():
         print("| %s | %s | %.3f |" % (name, precision, seconds))
     print("\n| generated graph | nodes | seconds |")
     print("|---|---|---|")
-    for nodes in (1251, 2501, 5001, 10001):
+    for nodes in (1251, 2501, 5001, 10001, 20001, 40001):
         path = os.path.join(args.out, "chain_%d.onnx" % nodes)
         t0 = time.perf_counter()
         run([os.path.join(b, "amp-opt"), path, "--train", "--optimizer=sgd", "-o",

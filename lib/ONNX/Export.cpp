@@ -147,18 +147,49 @@ llvm::Expected<std::string> serializeModel(const Graph &g, ModelFormat format) {
   return bytes;
 }
 
+namespace {
+
+llvm::Error writeInPlace(const std::string &path, std::string_view contents) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return makeError(path + ": cannot write: " + ec.message());
+  os << contents;
+  os.flush();
+  if (!os.has_error())
+    return llvm::Error::success();
+  std::string msg = os.error().message();
+  os.clear_error();
+  return makeError(path + ": write failed: " + msg);
+}
+
+} // namespace
+
 llvm::Error writeFileAtomically(const std::string &path, std::string_view contents) {
   if (path == "-") {
     llvm::outs() << contents;
     llvm::outs().flush();
     return llvm::Error::success();
   }
-  llvm::SmallString<256> dir(path);
+  // Only a regular file is replaced through a temporary and a rename: a
+  // device (-o /dev/null), a FIFO or a terminal is written in place (renaming
+  // over it would replace the device node), and a symbolic link keeps
+  // pointing where it did while the file it names is replaced.
+  llvm::SmallString<256> target(path);
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(path, status) && status.type() != llvm::sys::fs::file_type::regular_file &&
+      status.type() != llvm::sys::fs::file_type::directory_file)
+    return writeInPlace(path, contents);
+  bool isLink = false;
+  if (!llvm::sys::fs::is_symlink_file(path, isLink) && isLink &&
+      llvm::sys::fs::real_path(path, target))
+    return makeError(path + ": cannot resolve the symbolic link");
+  llvm::SmallString<256> dir(target);
   llvm::sys::path::remove_filename(dir);
   if (dir.empty())
     dir = ".";
   llvm::SmallString<256> model(dir);
-  llvm::sys::path::append(model, llvm::sys::path::filename(path) + ".tmp-%%%%%%");
+  llvm::sys::path::append(model, llvm::sys::path::filename(target) + ".tmp-%%%%%%");
   int fd = -1;
   llvm::SmallString<256> tmp;
   if (auto ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
@@ -174,7 +205,7 @@ llvm::Error writeFileAtomically(const std::string &path, std::string_view conten
       return makeError(path + ": write failed: " + msg);
     }
   }
-  if (auto ec = llvm::sys::fs::rename(tmp, path)) {
+  if (auto ec = llvm::sys::fs::rename(tmp, target)) {
     llvm::sys::fs::remove(tmp);
     return makeError(path + ": cannot rename the temporary file: " + ec.message());
   }

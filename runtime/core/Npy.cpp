@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace ampc::rt {
@@ -269,8 +270,38 @@ std::string npyBytes(const HostArray &a) {
   return out;
 }
 
+namespace {
+
+bool writeInPlace(const std::string &path, const std::string &bytes, std::string &error) {
+  FILE *f = std::fopen(path.c_str(), "wb");
+  bool ok = f && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  ok = f && std::fclose(f) == 0 && ok;
+  if (!ok)
+    error = path + ": write failed (" + std::strerror(errno) + ")";
+  return ok;
+}
+
+} // namespace
+
 bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Only a regular file is replaced through a temporary and a rename: a
+  // device (/dev/null), a FIFO or a terminal is written in place (renaming
+  // over it would replace the device node), and a symbolic link keeps
+  // pointing where it did while the file it names is replaced.
+  std::string target = path;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return writeInPlace(path, bytes, error);
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    char *resolved = ::realpath(path.c_str(), nullptr);
+    if (!resolved) {
+      error = path + ": cannot resolve the symbolic link (" + std::strerror(errno) + ")";
+      return false;
+    }
+    target = resolved;
+    std::free(resolved);
+  }
+  std::string tmp = target + ".tmp." + std::to_string(::getpid());
   FILE *f = std::fopen(tmp.c_str(), "wb");
   if (!f) {
     error = path + ": cannot write (" + std::strerror(errno) + ")";
@@ -300,7 +331,7 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
   ok = (std::fflush(f) == 0) && ok;
   ok = (::fsync(fileno(f)) == 0) && ok;
   ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (!ok || std::rename(tmp.c_str(), target.c_str()) != 0) {
     error = path + ": write failed (" + std::strerror(errno) + ")";
     std::remove(tmp.c_str());
     return false;

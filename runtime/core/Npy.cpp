@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -208,14 +209,27 @@ bool parseNpy(const std::string &bytes, const std::string &what, HostArray &out,
     if (s == std::string::npos)
       continue;
     char *end = nullptr;
+    errno = 0;
     long long d = std::strtoll(item.c_str() + s, &end, 10);
+    if (end == item.c_str() + s || item.find_first_not_of(" ", end - item.c_str()) != std::string::npos ||
+        errno == ERANGE) {
+      error = what + ": bad dimension '" + item.substr(s) + "' in the shape";
+      return false;
+    }
     if (d < 0) {
       error = what + ": negative dimension";
       return false;
     }
     out.shape.push_back(d);
   }
-  size_t dataBytes = static_cast<size_t>(out.numElements()) * elemSize(out.type);
+  // The header's shape is untrusted: its byte count must not wrap around
+  // (a huge shape would then pass the size check below).
+  uint64_t dataBytes = elemSize(out.type);
+  for (int64_t d : out.shape)
+    if (__builtin_mul_overflow(dataBytes, static_cast<uint64_t>(d), &dataBytes)) {
+      error = what + ": the shape holds more bytes than can be addressed";
+      return false;
+    }
   size_t start = offset + headerLen;
   if (bytes.size() - start < dataBytes) {
     error = what + ": truncated data (" + std::to_string(bytes.size() - start) + " of " +

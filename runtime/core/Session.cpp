@@ -290,6 +290,34 @@ bool Session::dumpGradients(const std::string &dir, std::string &error) {
   return true;
 }
 
+namespace {
+
+int onnxDataType(ElemType t) {
+  switch (t) {
+  case ElemType::F32:
+    return onnx::TensorProto::FLOAT;
+  case ElemType::F16:
+    return onnx::TensorProto::FLOAT16;
+  case ElemType::BF16:
+    return onnx::TensorProto::BFLOAT16;
+  case ElemType::F64:
+    return onnx::TensorProto::DOUBLE;
+  case ElemType::I64:
+    return onnx::TensorProto::INT64;
+  case ElemType::I32:
+    return onnx::TensorProto::INT32;
+  case ElemType::I8:
+    return onnx::TensorProto::INT8;
+  case ElemType::U8:
+    return onnx::TensorProto::UINT8;
+  case ElemType::Bool:
+    return onnx::TensorProto::BOOL;
+  }
+  return onnx::TensorProto::UNDEFINED;
+}
+
+} // namespace
+
 bool Session::exportOnnx(const std::string &path, std::string &error) {
   onnx::ModelProto model;
   if (plan_.original_model().empty() || !model.ParseFromString(plan_.original_model())) {
@@ -306,6 +334,18 @@ bool Session::exportOnnx(const std::string &path, std::string &error) {
     HostArray a;
     if (!readTensor(it->second, a, error))
       return false;
+    // A plan is only as good as its file: its master copy must still fit
+    // the initializer it replaces.
+    int64_t elements = 1;
+    for (int64_t d : init.dims())
+      elements *= d;
+    if (a.numElements() != elements || onnxDataType(a.type) != init.data_type()) {
+      error = path + ": the trained '" + init.name() + "' (" +
+              std::to_string(a.numElements()) + " elements) does not fit the model's initializer (" +
+              std::to_string(elements) + " elements)";
+      return false;
+    }
+    trained.erase(it);
     // The master copy is the parameter's own type (fp32 for fp32 models).
     init.clear_float_data();
     init.clear_int32_data();
@@ -313,6 +353,11 @@ bool Session::exportOnnx(const std::string &path, std::string &error) {
     init.clear_external_data();
     init.set_data_location(onnx::TensorProto::DEFAULT);
     init.set_raw_data(std::string(reinterpret_cast<const char *>(a.bytes.data()), a.bytes.size()));
+  }
+  if (!trained.empty()) {
+    error = path + ": the plan trains '" + trained.begin()->first +
+            "', which is no initializer of its model";
+    return false;
   }
   std::string bytes;
   if (!model.SerializeToString(&bytes)) {

@@ -55,6 +55,11 @@ public:
         return false;
       }
       int64_t planBatch = t.shape(0);
+      if (planBatch < 1) {
+        error = path + ": the plan's input '" + b.name() + "' takes batches of " +
+                std::to_string(planBatch) + " samples: nothing to train on";
+        return false;
+      }
       if (batchSize && batchSize != planBatch) {
         error = "--batch-size " + std::to_string(batchSize) + " differs from the plan's batch of " +
                 std::to_string(planBatch) + " (recompile with --batch=" +
@@ -69,6 +74,11 @@ public:
       }
       batch_ = planBatch;
       inputs_.push_back(b.name());
+    }
+    // The sample order is a vector of indices: a header may claim any count.
+    if (samples_ > (int64_t(1) << 32)) {
+      error = path + ": " + std::to_string(samples_) + " samples, more than a data set can hold";
+      return false;
     }
     if (samples_ < batch_) {
       error = path + ": " + std::to_string(samples_) + " samples, fewer than one batch of " +

@@ -168,6 +168,8 @@ bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error) {
 bool validatePlan(const plan::Plan &p, std::string &error) {
   int n = p.tensors_size();
   auto tensorOk = [&](int id) { return id >= 0 && id < n; };
+  // A tensor with bytes of its own or of its base: VIRTUAL ones were fused away.
+  auto stored = [&](int id) { return tensorOk(id) && p.tensors(id).storage() != plan::VIRTUAL; };
   uint64_t arena = p.memory().arena_bytes();
   for (int i = 0; i < n; ++i) {
     const plan::Tensor &t = p.tensors(i);
@@ -258,7 +260,7 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
     }
     for (const auto *list : {&prog.inputs(), &prog.outputs()})
       for (const plan::Binding &b : *list)
-        if (!tensorOk(b.tensor())) {
+        if (!stored(b.tensor())) {
           error = "program '" + prog.name() + "': binding '" + b.name() + "' names no tensor";
           return false;
         }
@@ -276,7 +278,7 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
         return false;
       }
     for (const plan::StateUpdate &u : prog.updates()) {
-      if (!tensorOk(u.state()) || !tensorOk(u.updated()) ||
+      if (!tensorOk(u.state()) || !stored(u.updated()) ||
           p.tensors(u.state()).storage() != plan::STATE) {
         error = "program '" + prog.name() + "': a state update names a wrong tensor";
         return false;
@@ -291,7 +293,9 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
   }
   for (const plan::Parameter &param : p.parameters())
     if (!tensorOk(param.state()) || p.tensors(param.state()).storage() != plan::STATE ||
-        (param.grad() != -1 && !tensorOk(param.grad()))) {
+        (param.grad() != -1 &&
+         (!stored(param.grad()) ||
+          planNumElements(p.tensors(param.grad())) != planNumElements(p.tensors(param.state()))))) {
       error = "parameter '" + param.onnx_name() + "' names a wrong tensor";
       return false;
     }

@@ -310,6 +310,51 @@ TEST(PlanValidation, RejectsWideningAFloatOutput) {
                        "' widens float to float (only float16 and bfloat16 widen, to float)");
 }
 
+/// Tensors fused away (VIRTUAL) have no bytes: a corrupt plan naming one as
+/// a state's update or a binding, or a gradient whose size is not its
+/// parameter's, is refused at load (the update crashed in a memcpy, the
+/// gradient was dumped with the wrong shape).
+TEST(PlanValidation, RejectsUpdatesAndGradientsWithoutBytes) {
+  auto model = loadFixtureModel("mlp");
+  LowerOptions opts;
+  for (const Value *v : model->initializers())
+    opts.modelParameters.push_back(v->name());
+  StepRunner oracle;
+  ASSERT_TRUE(oracle.compile(std::move(model),
+                             "canonicalize,autodiff,optimizer{optimizer=sgd lr=0.1},canonicalize"));
+  auto lowered = lowerToPlan(oracle.graph(), opts);
+  ASSERT_TRUE(static_cast<bool>(lowered)) << llvm::toString(lowered.takeError());
+  const plan::Plan good = *lowered;
+  int virtualTensor = -1, scalarState = -1;
+  for (int i = 0; i < good.tensors_size(); ++i) {
+    if (good.tensors(i).storage() == plan::VIRTUAL)
+      virtualTensor = i;
+    if (good.tensors(i).storage() == plan::STATE && rt::planNumElements(good.tensors(i)) == 1)
+      scalarState = i;
+  }
+  ASSERT_NE(virtualTensor, -1);
+  ASSERT_GT(good.programs(0).updates_size(), 0);
+  ASSERT_GT(good.parameters_size(), 0);
+  std::string error;
+  ASSERT_TRUE(rt::validatePlan(good, error)) << error;
+
+  plan::Plan p = good;
+  p.mutable_programs(0)->mutable_updates(0)->set_updated(virtualTensor);
+  EXPECT_FALSE(rt::validatePlan(p, error));
+  EXPECT_EQ(error, "program 'step': a state update names a wrong tensor");
+
+  p = good;
+  p.mutable_programs(0)->mutable_outputs(0)->set_tensor(virtualTensor);
+  EXPECT_FALSE(rt::validatePlan(p, error));
+  EXPECT_NE(error.find("names no tensor"), std::string::npos) << error;
+
+  p = good;
+  ASSERT_NE(scalarState, -1);
+  p.mutable_parameters(0)->set_grad(scalarState);
+  EXPECT_FALSE(rt::validatePlan(p, error));
+  EXPECT_EQ(error, "parameter '" + good.parameters(0).onnx_name() + "' names a wrong tensor");
+}
+
 /// Dropout advances its run counter (operand 3) in place: a plan pointing
 /// it at anything but an int64 scalar state (here a constant another step
 /// reads) is refused at load instead of corrupting that tensor every step.

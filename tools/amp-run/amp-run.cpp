@@ -58,6 +58,8 @@ cl::opt<std::string> profile("profile", cl::desc("Chrome trace of one step (cuda
 cl::opt<bool> quiet("quiet", cl::desc("No progress output"), cl::cat(kRun));
 } // namespace
 
+constexpr int kMaxThreads = 1024;
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "amp-run (ampc) 0.1.0\n"; });
@@ -77,6 +79,16 @@ int main(int argc, char **argv) {
   if (steps < 0 || batchSize < 0 || checkpointEvery < 0 || threads < 0) {
     std::cerr << "amp-run: error: --steps, --batch-size, --checkpoint-every and --threads must "
                  "not be negative\n";
+    return 1;
+  }
+  if (!(memoryFraction > 0.0 && memoryFraction <= 1.0)) {
+    std::cerr << "amp-run: error: --memory-fraction must be in (0, 1], got " << memoryFraction
+              << "\n";
+    return 1;
+  }
+  // OpenMP and oneDNN crash when asked for tens of thousands of threads.
+  if (threads > kMaxThreads) {
+    std::cerr << "amp-run: error: --threads " << threads << " is more than " << kMaxThreads << "\n";
     return 1;
   }
   opts.dataPath = data;

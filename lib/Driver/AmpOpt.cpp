@@ -12,6 +12,7 @@
 #include "ampc/Pass/Pass.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Support/Error.h"
+#include "ampc/rt/Printable.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -157,7 +158,7 @@ std::string withForwardedOptions(llvm::StringRef pass, llvm::StringRef options) 
 }
 
 int fail(const llvm::Twine &msg) {
-  llvm::WithColor::error(llvm::errs(), "amp-opt") << msg << "\n";
+  llvm::WithColor::error(llvm::errs(), "amp-opt") << rt::printable(msg.str()) << "\n";
   return 1;
 }
 

@@ -4,6 +4,7 @@
 
 #include "ampc/rt/Npy.h"
 #include "ampc/rt/PlanFile.h"
+#include "ampc/rt/Printable.h"
 #include "ampc/rt/Session.h"
 
 #include <chrono>
@@ -199,7 +200,7 @@ std::string jsonNumber(double v) {
 
 int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) {
   auto fail = [&](const std::string &msg) {
-    err << "amp-run: error: " << msg << "\n";
+    err << "amp-run: error: " << printable(msg) << "\n";
     return 1;
   };
   // Backend.

@@ -345,6 +345,37 @@ llvm::Expected<TensorType> staticType(const onnx::TypeProto &type, const std::st
   return TensorType(dt, std::move(shape));
 }
 
+/// ONNX 1.12's shape inference leaves Gemm's operand shapes unchecked (it
+/// takes the result's shape from A and B alone); a mismatch would surface
+/// later as a wrong gradient shape or a kernel error far from its cause.
+llvm::Error checkGemmShapes(const Node &n) {
+  if (!n.is("Gemm") || n.numInputs() < 2 || !n.input(0) || !n.input(1))
+    return llvm::Error::success();
+  const Shape &a = n.input(0)->shape(), &b = n.input(1)->shape();
+  if (a.size() != 2 || b.size() != 2)
+    return llvm::Error::success(); // the schema's inference checks ranks
+  bool transA = n.getInt("transA", 0) != 0, transB = n.getInt("transB", 0) != 0;
+  int64_t m = transA ? a[1] : a[0], kA = transA ? a[0] : a[1];
+  int64_t kB = transB ? b[1] : b[0], cols = transB ? b[0] : b[1];
+  if (kA != kB)
+    return makeError("A " + shapeStr(a) + (transA ? " (transposed)" : "") + " and B " +
+                     shapeStr(b) + (transB ? " (transposed)" : "") +
+                     " have different inner dimensions (" + std::to_string(kA) + " and " +
+                     std::to_string(kB) + ")");
+  if (n.numInputs() < 3 || !n.input(2))
+    return llvm::Error::success();
+  const Shape &c = n.input(2)->shape();
+  Shape result = {m, cols};
+  bool broadcasts = c.size() <= 2;
+  for (size_t i = 0; broadcasts && i < c.size(); ++i) {
+    int64_t want = result[2 - c.size() + i];
+    broadcasts = c[i] == 1 || c[i] == want;
+  }
+  if (!broadcasts)
+    return makeError("C " + shapeStr(c) + " does not broadcast to the result " + shapeStr(result));
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
                                                   const std::string &baseDir) {
   const auto &gp = model.graph();
@@ -412,6 +443,8 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     std::string domain = isDefaultDomain(np.domain()) ? "" : np.domain();
     Node *n = g->createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name(), domain,
                             outNames);
+    if (auto err = checkGemmShapes(*n))
+      return withContext(std::move(err), nodeLabel(np));
     for (unsigned i = 0; i < n->numOutputs(); ++i)
       if (Value *v = n->output(i))
         values[np.output(i)] = v;

@@ -376,6 +376,16 @@ llvm::Error checkGemmShapes(const Node &n) {
   return llvm::Error::success();
 }
 
+/// The loss operators' `reduction` is a string the schemas do not check.
+llvm::Error checkLossReduction(const Node &n) {
+  if (!n.is("SoftmaxCrossEntropyLoss") && !n.is("NegativeLogLikelihoodLoss"))
+    return llvm::Error::success();
+  std::string reduction = n.getString("reduction", "mean");
+  if (reduction == "mean" || reduction == "sum" || reduction == "none")
+    return llvm::Error::success();
+  return makeError("reduction '" + reduction + "' is none of 'none', 'sum' and 'mean'");
+}
+
 llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
                                                   const std::string &baseDir) {
   const auto &gp = model.graph();
@@ -444,6 +454,8 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     Node *n = g->createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name(), domain,
                             outNames);
     if (auto err = checkGemmShapes(*n))
+      return withContext(std::move(err), nodeLabel(np));
+    if (auto err = checkLossReduction(*n))
       return withContext(std::move(err), nodeLabel(np));
     for (unsigned i = 0; i < n->numOutputs(); ++i)
       if (Value *v = n->output(i))

@@ -191,6 +191,10 @@ bool parseNpy(const std::string &bytes, const std::string &what, HostArray &out,
     error = what + ": Fortran-ordered arrays are not supported";
     return false;
   }
+  if (fortran.find("False") == std::string::npos) {
+    error = what + ": malformed .npy header (fortran_order is neither True nor False)";
+    return false;
+  }
   bool known = false;
   for (const Descr &d : kDescrs)
     if (descr == d.text) {

@@ -1041,19 +1041,39 @@ struct DropoutArgs {
   uint8_t *mask = nullptr; ///< Forward: written when present; Grad: read
   int64_t *counter = nullptr;
   uint8_t xType = 0, yType = 0;
-  bool copies = false; ///< inference or ratio 0: Y = X, the mask all true
   uint64_t seed = 0;
-  uint32_t threshold = 0;
-  float scale = 1;
+  /// The ratio and the training flag: constants of the plan, or scalars
+  /// read on the device when the plan computes or feeds them (`ratioAt`,
+  /// `trainingAt`), as the CPU kernel reads them every run.
+  double ratio = 0.5;
+  bool training = false;
+  const void *ratioAt = nullptr, *trainingAt = nullptr;
+  uint8_t ratioType = 0, trainingType = 0;
+
+  /// What the ratio and mode mean for this run: the CPU kernel's formulas.
+  struct Rate {
+    bool copies;        ///< inference or ratio 0: Y = X, the mask all true
+    float scale;        ///< 1 / (1 - ratio) for kept elements
+    uint32_t threshold; ///< ratio * 2^24, against the generator's 24 bits
+  };
+  AMPC_HD Rate rate() const {
+    double r = ratioAt ? static_cast<double>(loadAsFloat(ratioType, ratioAt, 0)) : ratio;
+    bool train = trainingAt ? loadAsFloat(trainingType, trainingAt, 0) != 0.0f : training;
+    double atLeast0 = 0.0 < r ? r : 0.0; // std::min(1.0, std::max(0.0, r)), NaN included
+    double clamped = atLeast0 < 1.0 ? atLeast0 : 1.0;
+    return {!train || r == 0.0, r < 1.0 ? static_cast<float>(1.0 / (1.0 - r)) : 0.0f,
+            static_cast<uint32_t>(clamped * 16777216.0)};
+  }
 
   static AMPC_HD void run(const DropoutArgs &a, int64_t i) {
     switch (a.mode) {
     case Forward: {
-      bool keep = a.copies ||
+      Rate rt = a.rate();
+      bool keep = rt.copies ||
                   math::dropoutKeeps(math::dropoutKey(a.seed, static_cast<uint64_t>(*a.counter)),
-                                     i, a.threshold);
+                                     i, rt.threshold);
       float v = loadAsFloat(a.xType, a.x, i);
-      storeFromFloat(a.yType, a.y, i, a.copies ? v : (keep ? v * a.scale : 0.0f));
+      storeFromFloat(a.yType, a.y, i, rt.copies ? v : (keep ? v * rt.scale : 0.0f));
       if (a.mask)
         a.mask[i] = keep;
       return;
@@ -1062,8 +1082,9 @@ struct DropoutArgs {
       ++*a.counter;
       return;
     case Grad: {
+      Rate rt = a.rate();
       float g = loadAsFloat(a.xType, a.x, i);
-      storeFromFloat(a.yType, a.y, i, a.copies ? g : (a.mask[i] ? g * a.scale : 0.0f));
+      storeFromFloat(a.yType, a.y, i, rt.copies ? g : (a.mask[i] ? g * rt.scale : 0.0f));
       return;
     }
     }

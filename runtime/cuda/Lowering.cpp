@@ -396,6 +396,7 @@ public:
   bool lowerDropout(std::string &error);
   bool lowerDropoutGrad(std::string &error);
   bool constantScalar(size_t i, double dflt, double &v, std::string &error) const;
+  bool isConstantOperand(size_t i) const;
   bool dropoutParams(size_t ratioAt, DropoutArgs &a, std::string &error) const;
 
 private:
@@ -1997,8 +1998,18 @@ bool StepLowering::lowerConvGrad(std::string &error) {
 // Training
 //===----------------------------------------------------------------------===//
 
-/// A scalar operand that must be a constant (Dropout's ratio and training
-/// mode: the CUDA kernels take them as arguments); `dflt` when absent.
+/// Whether operand i is absent or a constant of the plan (seen through a view).
+bool StepLowering::isConstantOperand(size_t i) const {
+  if (!has(i))
+    return true;
+  const plan::Tensor *t = &p_.tensors(in_[i].id);
+  if (t->has_view_of())
+    t = &p_.tensors(t->view_of());
+  return t->storage() == plan::CONSTANT;
+}
+
+/// A scalar operand that must be a constant (the kernel takes it as an
+/// argument); `dflt` when absent.
 bool StepLowering::constantScalar(size_t i, double dflt, double &v, std::string &error) const {
   if (!has(i)) {
     v = dflt;
@@ -2019,16 +2030,27 @@ bool StepLowering::constantScalar(size_t i, double dflt, double &v, std::string 
   return true;
 }
 
-/// The ratio, the copy flag and the scale of a Dropout or DropoutGrad step
-/// whose ratio and training operands are `ratioAt` and `ratioAt + 1`.
+/// The ratio and training operands of a Dropout or DropoutGrad step,
+/// `ratioAt` and `ratioAt + 1`: constants are passed as values, other
+/// scalars (fed or computed at run time) are read by the kernel.
 bool StepLowering::dropoutParams(size_t ratioAt, DropoutArgs &a, std::string &error) const {
-  double ratio, training;
-  if (!constantScalar(ratioAt, 0.5, ratio, error) ||
-      !constantScalar(ratioAt + 1, 0.0, training, error))
+  auto scalar = [&](size_t i, double dflt, double &value, const void *&at, uint8_t &type) {
+    if (isConstantOperand(i))
+      return constantScalar(i, dflt, value, error);
+    if (in_[i].numel != 1 || in_[i].type == FusedElem::F64 ||
+        (!isFloat(in_[i].type) && in_[i].type != FusedElem::BOOL)) {
+      error = "operand " + std::to_string(i) + " must be a float or bool scalar";
+      return false;
+    }
+    at = in_[i].p;
+    type = in_[i].type;
+    return true;
+  };
+  double training = 0.0;
+  if (!scalar(ratioAt, 0.5, a.ratio, a.ratioAt, a.ratioType) ||
+      !scalar(ratioAt + 1, 0.0, training, a.trainingAt, a.trainingType))
     return false;
-  a.copies = training == 0.0 || ratio == 0.0;
-  a.scale = ratio < 1.0 ? static_cast<float>(1.0 / (1.0 - ratio)) : 0.0f;
-  a.threshold = static_cast<uint32_t>(std::min(1.0, std::max(0.0, ratio)) * 16777216.0);
+  a.training = training != 0.0;
   return true;
 }
 

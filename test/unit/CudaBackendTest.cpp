@@ -540,6 +540,46 @@ TEST(CudaEmulation, DropoutMatchesTheCpuRunAfterRun) {
   }
 }
 
+/// A ratio and training flag fed at run time (graph inputs rather than
+/// constants) are read on the device every run, as the CPU kernel reads
+/// them: same masks and scaling for several values, inference included.
+TEST(CudaEmulation, DropoutReadsARatioFedAtRunTime) {
+  std::string text = header(true) +
+                     "g (float[4,64] a, float[4,64] g, float r, bool t) => (float[4,64] y, "
+                     "bool[4,64] m, float[4,64] dx) {\n"
+                     "  y, m = Dropout (a, r, t)\n"
+                     "  dx = ampc.DropoutGrad (g, m, r, t)\n"
+                     "}";
+  auto graph = importModelText(text, "dropout-fed");
+  ASSERT_TRUE(static_cast<bool>(graph)) << llvm::toString(graph.takeError());
+  auto p = lowerToPlan(**graph, {});
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> n;
+  std::vector<double> a(256), g(256);
+  for (double &x : a)
+    x = n(rng);
+  for (double &x : g)
+    x = n(rng);
+  for (auto [ratio, training] : {std::pair{0.3, 1.0}, {0.7, 1.0}, {0.0, 1.0}, {0.5, 0.0}}) {
+    SCOPED_TRACE("ratio " + std::to_string(ratio) + ", training " + std::to_string(training));
+    std::map<std::string, Tensor> feeds = {
+        {"a", Tensor::fromDoubles(TensorType(DType::F32, {4, 64}), a)},
+        {"g", Tensor::fromDoubles(TensorType(DType::F32, {4, 64}), g)},
+        {"r", Tensor::scalar(DType::F32, ratio)},
+        {"t", Tensor::scalar(DType::Bool, training)}};
+    std::vector<rt::HostArray> cpu, emu;
+    ASSERT_TRUE(runOnce(*p, cpuBackend, feeds, cpu, 2));
+    ASSERT_TRUE(runOnce(*p, emulatorBackend, feeds, emu, 2));
+    ASSERT_EQ(cpu.size(), 6u);
+    ASSERT_EQ(emu.size(), 6u);
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_EQ(cpu[i].bytes, emu[i].bytes) << "run " << i / 3 << ", output " << i % 3;
+    size_t dropped = std::count(cpu[1].bytes.begin(), cpu[1].bytes.end(), 0);
+    EXPECT_EQ(dropped > 0, ratio > 0.0 && training != 0.0) << dropped << " elements dropped";
+  }
+}
+
 TEST(CudaEmulation, Reductions) {
   compareOp("ReduceSum", header() + R"(g (T[4,5,6] a) => (T[5] y) <int64[2] ax = {0, 2}> {
       y = ReduceSum <keepdims = 0> (a, ax)

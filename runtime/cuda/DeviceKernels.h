@@ -211,7 +211,7 @@ struct GatherArgs {
 // Reductions over any set of axes
 //===----------------------------------------------------------------------===//
 
-enum class ReduceOp : uint8_t { Sum, Mean, SumSquare, L1, L2, Max, Min, Prod };
+enum class ReduceOp : uint8_t { Sum, Mean, SumSquare, L1, L2, Max, Min, Prod, LogSum, LogSumExp };
 
 /// Phase 0: thread (result o, chunk c) reduces its chunk of the reduced
 /// elements (the final result when there is one chunk, else a partial);
@@ -226,6 +226,9 @@ struct ReduceArgs {
   int64_t keptShape[kMaxRank] = {}, keptStrides[kMaxRank] = {};
   int64_t redShape[kMaxRank] = {}, redStrides[kMaxRank] = {};
   int64_t count = 1, chunk = 1, chunks = 1;
+  /// LogSumExp: each result's maximum (a Max reduction run first), which
+  /// every exponent is shifted by, as on the CPU.
+  const float *shift = nullptr;
 
   static AMPC_HD float init(ReduceOp op) {
     switch (op) {
@@ -252,6 +255,8 @@ struct ReduceArgs {
       return (v < acc || v != v) ? v : acc;
     case ReduceOp::Prod:
       return acc * v;
+    case ReduceOp::LogSumExp:
+      return acc + std::exp(v); // v is already shifted by the maximum
     default:
       return acc + v;
     }
@@ -269,12 +274,19 @@ struct ReduceArgs {
       return acc + p;
     }
   }
-  static AMPC_HD float finish(const ReduceArgs &a, float acc) {
-    if (a.op == ReduceOp::Mean)
+  static AMPC_HD float finish(const ReduceArgs &a, float acc, int64_t o) {
+    switch (a.op) {
+    case ReduceOp::Mean:
       return acc / static_cast<float>(a.count);
-    if (a.op == ReduceOp::L2)
+    case ReduceOp::L2:
       return std::sqrt(acc);
-    return acc;
+    case ReduceOp::LogSum:
+      return std::log(acc);
+    case ReduceOp::LogSumExp:
+      return a.shift[o] + std::log(acc);
+    default:
+      return acc;
+    }
   }
 
   static AMPC_HD void run(const ReduceArgs &a, int64_t i) {
@@ -282,19 +294,21 @@ struct ReduceArgs {
       float acc = init(a.op);
       for (int64_t c = 0; c < a.chunks; ++c)
         acc = merge(a.op, acc, a.partial[i * a.chunks + c]);
-      storeFromFloat(a.dstType, a.dst, i, finish(a, acc));
+      storeFromFloat(a.dstType, a.dst, i, finish(a, acc, i));
       return;
     }
     int64_t o = i / a.chunks, c = i - o * a.chunks;
     int64_t base = stridedOffset(a.keptRank, a.keptShape, a.keptStrides, o);
     int64_t begin = c * a.chunk, end = begin + a.chunk < a.count ? begin + a.chunk : a.count;
+    float shift = a.shift ? a.shift[o] : 0.0f;
     float acc = init(a.op);
     for (int64_t j = begin; j < end; ++j)
       acc = combine(a.op, acc,
                     loadAsFloat(a.srcType, a.src,
-                                base + stridedOffset(a.redRank, a.redShape, a.redStrides, j)));
+                                base + stridedOffset(a.redRank, a.redShape, a.redStrides, j)) -
+                        shift);
     if (a.chunks == 1)
-      storeFromFloat(a.dstType, a.dst, o, finish(a, acc));
+      storeFromFloat(a.dstType, a.dst, o, finish(a, acc, o));
     else
       a.partial[i] = acc;
   }

@@ -1145,6 +1145,17 @@ bool StepLowering::lowerGemm(std::string &error) {
 void StepLowering::reduce(const Operand &src, const std::vector<bool> &reduced, ReduceOp op,
                           void *dst, uint8_t dstType) {
   ReduceArgs r;
+  if (op == ReduceOp::LogSumExp) {
+    // Shifted by each result's maximum, as the CPU kernel does, so that the
+    // exponentials cannot overflow.
+    int64_t outputs = 1;
+    for (size_t d = 0; d < src.shape.size(); ++d)
+      if (!reduced[d])
+        outputs *= src.shape[d];
+    float *maxima = ws_.alloc<float>(std::max<int64_t>(outputs, 1));
+    reduce(src, reduced, ReduceOp::Max, maxima, FusedElem::F32);
+    r.shift = maxima;
+  }
   r.src = src.p;
   r.srcType = src.type;
   r.dst = dst;
@@ -2197,7 +2208,8 @@ const std::map<std::string, LowerFn> &table() {
         {"ReduceSum", ReduceOp::Sum},         {"ReduceMean", ReduceOp::Mean},
         {"ReduceSumSquare", ReduceOp::SumSquare}, {"ReduceL1", ReduceOp::L1},
         {"ReduceL2", ReduceOp::L2},           {"ReduceMax", ReduceOp::Max},
-        {"ReduceMin", ReduceOp::Min},         {"ReduceProd", ReduceOp::Prod}};
+        {"ReduceMin", ReduceOp::Min},         {"ReduceProd", ReduceOp::Prod},
+        {"ReduceLogSum", ReduceOp::LogSum},   {"ReduceLogSumExp", ReduceOp::LogSumExp}};
     for (const auto &[name, op] : reductions) {
       ReduceOp r = op;
       m[name] = [r](StepLowering &s, std::string &e) { return s.lowerReduce(r, e); };

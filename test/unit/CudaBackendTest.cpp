@@ -594,6 +594,19 @@ TEST(CudaEmulation, Reductions) {
   compareOp("ReduceSumSquare", header() + "g (T[4,5] a) => (T y) { y = ReduceSumSquare <keepdims = 0> (a) }");
   compareOp("ReduceMax", header() + "g (T[4,5] a) => (T[4] y) { y = ReduceMax <axes = [1], keepdims = 0> (a) }");
   compareOp("GlobalAveragePool", header() + "g (T[2,3,5,5] a) => (T[2,3,1,1] y) { y = GlobalAveragePool(a) }");
+  compareOp("ReduceLogSum", header() + R"(g (T[4,5,6] a) => (T[4,1,6] y) {
+      e = Exp(a)
+      y = ReduceLogSum <axes = [1]> (e)
+    })");
+  // Exponents up to 40 (beyond fp16 and, unshifted, close to fp32's range):
+  // shifted by each result's maximum, as on the CPU; a long one in chunks.
+  compareOp("ReduceLogSumExp", header() + R"(g (T[4,5,6] a) => (T[4,6] y) <T[1] k = {40.0}> {
+      b = Mul(a, k)
+      y = ReduceLogSumExp <axes = [1], keepdims = 0> (b)
+    })", {}, 1e-4);
+  compareOp("ReduceLogSumExp-long", header() + R"(g (T[2,10000] a) => (T[2,1] y) {
+      y = ReduceLogSumExp <axes = [1]> (a)
+    })", {}, 1e-4);
 }
 
 TEST(CudaEmulation, SoftmaxAndNormalization) {

@@ -376,6 +376,26 @@ llvm::Error checkGemmShapes(const Node &n) {
   return llvm::Error::success();
 }
 
+/// GatherElements reads data at the result's coordinates off the gathered
+/// axis: indices larger than the data there (which ONNX 1.12's inference
+/// accepts) would read outside it.
+llvm::Error checkGatherElementsShapes(const Node &n) {
+  if (!n.is("GatherElements") || n.numInputs() < 2 || !n.input(0) || !n.input(1))
+    return llvm::Error::success();
+  const Shape &data = n.input(0)->shape(), &indices = n.input(1)->shape();
+  if (data.size() != indices.size())
+    return makeError("indices " + shapeStr(indices) + " and data " + shapeStr(data) +
+                     " differ in rank");
+  int64_t rank = static_cast<int64_t>(data.size());
+  int64_t axis = n.getInt("axis", 0);
+  axis = axis < 0 ? axis + rank : axis;
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && indices[d] > data[d])
+      return makeError("indices " + shapeStr(indices) + " exceed data " + shapeStr(data) +
+                       " on axis " + std::to_string(d) + ", which is not gathered");
+  return llvm::Error::success();
+}
+
 /// The loss operators' `reduction` is a string the schemas do not check.
 llvm::Error checkLossReduction(const Node &n) {
   if (!n.is("SoftmaxCrossEntropyLoss") && !n.is("NegativeLogLikelihoodLoss"))
@@ -456,6 +476,8 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     if (auto err = checkGemmShapes(*n))
       return withContext(std::move(err), nodeLabel(np));
     if (auto err = checkLossReduction(*n))
+      return withContext(std::move(err), nodeLabel(np));
+    if (auto err = checkGatherElementsShapes(*n))
       return withContext(std::move(err), nodeLabel(np));
     for (unsigned i = 0; i < n->numOutputs(); ++i)
       if (Value *v = n->output(i))

@@ -492,6 +492,12 @@ std::unique_ptr<Kernel> createGatherElements(const StepContext &ctx, std::string
     error = "axis out of range or indices not shaped like the result";
     return nullptr;
   }
+  // Off the axis, a result coordinate is a data coordinate.
+  for (int64_t d = 0; d < rank; ++d)
+    if (d != axis && ind.shape[d] > x.shape[d]) {
+      error = "the indices reach beyond the data off the gathered axis";
+      return nullptr;
+    }
   std::vector<int64_t> xs = stridesOf(x.shape);
   size_t es = elemBytes(x.type);
   ThreadPool &pool = ctx.pool;

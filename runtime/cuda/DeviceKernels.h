@@ -139,6 +139,31 @@ struct CopyArgs {
   }
 };
 
+/// Copies element `src` of x to element `dst` of y (raw bytes of any
+/// element type), or writes zeros when the source index fell outside.
+AMPC_HD void copyElement(int elemBytes, const void *x, int64_t src, void *y, int64_t dst,
+                         bool inside) {
+  switch (elemBytes) {
+  case 1:
+    static_cast<uint8_t *>(y)[dst] = inside ? static_cast<const uint8_t *>(x)[src] : 0;
+    return;
+  case 2:
+    static_cast<uint16_t *>(y)[dst] = inside ? static_cast<const uint16_t *>(x)[src] : 0;
+    return;
+  case 4:
+    static_cast<uint32_t *>(y)[dst] = inside ? static_cast<const uint32_t *>(x)[src] : 0;
+    return;
+  default:
+    static_cast<uint64_t *>(y)[dst] = inside ? static_cast<const uint64_t *>(x)[src] : 0;
+    return;
+  }
+}
+
+AMPC_HD int64_t loadIndex(uint8_t indexType, const void *indices, int64_t j) {
+  return indexType == FusedElem::I64 ? static_cast<const int64_t *>(indices)[j]
+                                     : static_cast<const int32_t *>(indices)[j];
+}
+
 /// dX of Gather (an Embedding's gradient), in up to three launches: the
 /// fp32 accumulator is zeroed (a memset); one thread per (outer slice,
 /// column) adds dY over the indices in order, as the CPU kernel does, so
@@ -160,8 +185,7 @@ struct GatherGradArgs {
     }
     int64_t o = i / a.inner, c = i - o * a.inner;
     for (int64_t j = 0; j < a.n; ++j) {
-      int64_t k = a.indexType == FusedElem::I64 ? static_cast<const int64_t *>(a.indices)[j]
-                                                : static_cast<const int32_t *>(a.indices)[j];
+      int64_t k = loadIndex(a.indexType, a.indices, j);
       if (k < 0)
         k += a.dim;
       if (k < 0 || k >= a.dim)
@@ -184,26 +208,37 @@ struct GatherArgs {
   static AMPC_HD void run(const GatherArgs &a, int64_t i) {
     int64_t r = i / a.inner, e = i - r * a.inner;
     int64_t o = r / a.n, j = r - o * a.n;
-    int64_t k = a.indexType == FusedElem::I64 ? static_cast<const int64_t *>(a.indices)[j]
-                                              : static_cast<const int32_t *>(a.indices)[j];
+    int64_t k = loadIndex(a.indexType, a.indices, j);
     if (k < 0)
       k += a.dim;
     bool inside = k >= 0 && k < a.dim;
-    int64_t src = inside ? (o * a.dim + k) * a.inner + e : 0;
-    switch (a.elemBytes) {
-    case 1:
-      static_cast<uint8_t *>(a.y)[i] = inside ? static_cast<const uint8_t *>(a.x)[src] : 0;
-      return;
-    case 2:
-      static_cast<uint16_t *>(a.y)[i] = inside ? static_cast<const uint16_t *>(a.x)[src] : 0;
-      return;
-    case 4:
-      static_cast<uint32_t *>(a.y)[i] = inside ? static_cast<const uint32_t *>(a.x)[src] : 0;
-      return;
-    default:
-      static_cast<uint64_t *>(a.y)[i] = inside ? static_cast<const uint64_t *>(a.x)[src] : 0;
-      return;
+    copyElement(a.elemBytes, a.x, inside ? (o * a.dim + k) * a.inner + e : 0, a.y, i, inside);
+  }
+};
+
+/// GatherElements: Y[i] = X[i with its `axis` coordinate replaced by
+/// indices[i]]; one thread per result element; negative indices count from
+/// the end, one out of range yields zeros (as the CPU kernel).
+struct GatherElementsArgs {
+  const void *x = nullptr, *indices = nullptr;
+  void *y = nullptr;
+  uint8_t indexType = 0;
+  int elemBytes = 4, rank = 0, axis = 0;
+  int64_t yShape[kMaxRank] = {}, xStrides[kMaxRank] = {};
+  int64_t dim = 0;
+
+  static AMPC_HD void run(const GatherElementsArgs &a, int64_t i) {
+    int64_t k = loadIndex(a.indexType, a.indices, i);
+    if (k < 0)
+      k += a.dim;
+    bool inside = k >= 0 && k < a.dim;
+    int64_t src = 0, rem = i;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      int64_t c = rem % a.yShape[d];
+      rem /= a.yShape[d];
+      src += (d == a.axis ? k : c) * a.xStrides[d];
     }
+    copyElement(a.elemBytes, a.x, inside ? src : 0, a.y, i, inside);
   }
 };
 
@@ -1113,6 +1148,7 @@ struct DropoutArgs {
   X(Fused, FusedArgs)                                                                              \
   X(Copy, CopyArgs)                                                                                \
   X(Gather, GatherArgs)                                                                            \
+  X(GatherElements, GatherElementsArgs)                                                            \
   X(GatherGrad, GatherGradArgs)                                                                    \
   X(Reduce, ReduceArgs)                                                                            \
   X(Softmax, SoftmaxArgs)                                                                          \

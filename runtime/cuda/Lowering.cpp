@@ -374,6 +374,7 @@ public:
   bool sliceGeometry(const std::vector<int64_t> &shape, int64_t &offset,
                      std::vector<int64_t> &strides, std::string &error) const;
   bool lowerGather(std::string &error);
+  bool lowerGatherElements(std::string &error);
   bool lowerElementwise(FusedOp op, std::string &error);
   bool lowerMatMul(std::string &error);
   bool lowerGemm(std::string &error);
@@ -947,6 +948,46 @@ bool StepLowering::lowerGather(std::string &error) {
     return false;
   }
   kernel(KernelKind::Gather, g, y.numel);
+  return true;
+}
+
+bool StepLowering::lowerGatherElements(std::string &error) {
+  Operand x = input(0), ind = input(1), y = output(0);
+  if (!x.present() || !ind.present() || !y.present() || x.type != y.type ||
+      ind.shape != y.shape || ind.rank() != x.rank()) {
+    error = "GatherElements takes data and indices of its rank, and a result shaped like the "
+            "indices";
+    return false;
+  }
+  if (ind.type != FusedElem::I64 && ind.type != FusedElem::I32) {
+    error = "indices must be int64 or int32";
+    return false;
+  }
+  int64_t axis = normalizeAxis(attrInt("axis", 0), x.rank());
+  if (axis < 0 || x.rank() > kMaxRank) {
+    error = "axis out of range or rank above " + std::to_string(kMaxRank);
+    return false;
+  }
+  for (int d = 0; d < x.rank(); ++d)
+    if (d != axis && ind.shape[d] > x.shape[d]) {
+      error = "the indices reach beyond the data off the gathered axis";
+      return false;
+    }
+  GatherElementsArgs g;
+  g.x = x.p;
+  g.indices = ind.p;
+  g.y = y.p;
+  g.indexType = ind.type;
+  g.elemBytes = static_cast<int>(x.elemBytes());
+  g.rank = x.rank();
+  g.axis = static_cast<int>(axis);
+  g.dim = x.shape[axis];
+  std::vector<int64_t> strides = stridesOf(x.shape);
+  for (int d = 0; d < g.rank; ++d) {
+    g.yShape[d] = y.shape[d];
+    g.xStrides[d] = strides[d];
+  }
+  kernel(KernelKind::GatherElements, g, y.numel);
   return true;
 }
 
@@ -2192,6 +2233,7 @@ const std::map<std::string, LowerFn> &table() {
     simple("Pad", &StepLowering::lowerPad);
     simple("Tile", &StepLowering::lowerTile);
     simple("Gather", &StepLowering::lowerGather);
+    simple("GatherElements", &StepLowering::lowerGatherElements);
     simple("ampc.GatherGrad", &StepLowering::lowerGatherGrad);
     simple("MatMul", &StepLowering::lowerMatMul);
     simple("Gemm", &StepLowering::lowerGemm);

@@ -491,6 +491,12 @@ TEST(CudaEmulation, DataMovement) {
       <int64[2] st = {1, 7}, int64[2] en = {5, 1}, int64[2] ax = {0, 1}, int64[2] sp = {2, -2}> {
       dx = ampc.SliceGrad <shape = [6, 8]> (dy, st, en, ax, sp)
     })");
+  compareOp("GatherElements", header() + R"(g (T[4,5,3] a, int64[6,4,3] i) => (T[6,4,3] y) {
+      y = GatherElements <axis = 0> (a, i)
+    })", {{"i", intsIn(-4, 4)}});
+  compareOp("GatherElements-last", header() + R"(g (T[4,5,3] a, int32[4,5,7] i) => (T[4,5,7] y) {
+      y = GatherElements <axis = -1> (a, i)
+    })", {{"i", intsIn(-3, 3)}});
   compareOp("ampc.GatherGrad", header(true) + R"(g (T[5,2,3,3] dy, int64[2,3] i) => (T[5,4,3] dx) {
       dx = ampc.GatherGrad <axis = 1, shape = [5, 4, 3]> (dy, i)
     })", {{"i", intsIn(-4, 5)}});

@@ -1,6 +1,7 @@
 //===- Export.cpp - The IR back to ONNX ------------------------------------===//
 
 #include "ampc/ONNX/Export.h"
+#include "ampc/rt/Npy.h"
 
 #include "ampc/IR/Printer.h"
 #include "ampc/ONNX/ProtoConversion.h"
@@ -147,68 +148,18 @@ llvm::Expected<std::string> serializeModel(const Graph &g, ModelFormat format) {
   return bytes;
 }
 
-namespace {
-
-llvm::Error writeInPlace(const std::string &path, std::string_view contents) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec);
-  if (ec)
-    return makeError(path + ": cannot write: " + ec.message());
-  os << contents;
-  os.flush();
-  if (!os.has_error())
-    return llvm::Error::success();
-  std::string msg = os.error().message();
-  os.clear_error();
-  return makeError(path + ": write failed: " + msg);
-}
-
-} // namespace
-
 llvm::Error writeFileAtomically(const std::string &path, std::string_view contents) {
   if (path == "-") {
     llvm::outs() << contents;
     llvm::outs().flush();
     return llvm::Error::success();
   }
-  // Only a regular file is replaced through a temporary and a rename: a
-  // device (-o /dev/null), a FIFO or a terminal is written in place (renaming
-  // over it would replace the device node), and a symbolic link keeps
-  // pointing where it did while the file it names is replaced.
-  llvm::SmallString<256> target(path);
-  llvm::sys::fs::file_status status;
-  if (!llvm::sys::fs::status(path, status) && status.type() != llvm::sys::fs::file_type::regular_file &&
-      status.type() != llvm::sys::fs::file_type::directory_file)
-    return writeInPlace(path, contents);
-  bool isLink = false;
-  if (!llvm::sys::fs::is_symlink_file(path, isLink) && isLink &&
-      llvm::sys::fs::real_path(path, target))
-    return makeError(path + ": cannot resolve the symbolic link");
-  llvm::SmallString<256> dir(target);
-  llvm::sys::path::remove_filename(dir);
-  if (dir.empty())
-    dir = ".";
-  llvm::SmallString<256> model(dir);
-  llvm::sys::path::append(model, llvm::sys::path::filename(target) + ".tmp-%%%%%%");
-  int fd = -1;
-  llvm::SmallString<256> tmp;
-  if (auto ec = llvm::sys::fs::createUniqueFile(model, fd, tmp))
-    return makeError(path + ": cannot create a temporary file: " + ec.message());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    os << contents;
-    os.flush();
-    if (os.has_error()) {
-      std::string msg = os.error().message();
-      os.clear_error();
-      llvm::sys::fs::remove(tmp);
-      return makeError(path + ": write failed: " + msg);
-    }
-  }
-  if (auto ec = llvm::sys::fs::rename(tmp, target)) {
-    llvm::sys::fs::remove(tmp);
-    return makeError(path + ": cannot rename the temporary file: " + ec.message());
-  }
+  // The runtime's writer (temporary, fsync, rename; devices, standard
+  // streams and symbolic links handled): one implementation for both tools.
+  llvm::outs().flush();
+  std::string error;
+  if (!rt::writeFileAtomic(path, std::string(contents), error))
+    return makeError(error);
   return llvm::Error::success();
 }
 

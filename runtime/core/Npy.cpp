@@ -11,6 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -290,35 +292,85 @@ std::string npyBytes(const HostArray &a) {
 
 namespace {
 
-bool writeInPlace(const std::string &path, const std::string &bytes, std::string &error) {
-  FILE *f = std::fopen(path.c_str(), "wb");
-  bool ok = f && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = f && std::fclose(f) == 0 && ok;
+bool writeAll(int fd, const std::string &bytes) {
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// Writes without a temporary: into a device or FIFO (opened as is), or
+/// into this process's own standard stream (`stream` >= 0) where the path
+/// reaches it through /dev/stdout or /proc/self/fd — reopening that file
+/// would truncate what the shell redirected there.
+bool writeInPlace(const std::string &path, int stream, const std::string &bytes, std::string &error) {
+  std::fflush(nullptr);
+  int fd = stream >= 0 ? stream : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  bool ok = fd >= 0 && writeAll(fd, bytes);
+  if (stream < 0 && fd >= 0)
+    ok = ::close(fd) == 0 && ok;
   if (!ok)
     error = path + ": write failed (" + std::strerror(errno) + ")";
   return ok;
+}
+
+/// The standard stream (1 or 2) that `st` is, or -1.
+int standardStreamOf(const struct stat &st) {
+  for (int fd : {1, 2}) {
+    struct stat s;
+    if (::fstat(fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino)
+      return fd;
+  }
+  return -1;
+}
+
+/// The regular file an atomic write replaces: the path, or what its chain
+/// of symbolic links names (resolved by hand, so that a link to a file not
+/// yet written still says where to create it).
+bool linkTarget(const std::string &path, std::string &target, std::string &error) {
+  target = path;
+  for (int hops = 0; hops < 40; ++hops) {
+    struct stat st;
+    if (::lstat(target.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
+      return true;
+    std::vector<char> buf(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096) + 1);
+    ssize_t n = ::readlink(target.c_str(), buf.data(), buf.size() - 1);
+    if (n < 0) {
+      error = path + ": cannot read the symbolic link (" + std::strerror(errno) + ")";
+      return false;
+    }
+    std::string next(buf.data(), static_cast<size_t>(n));
+    size_t slash = target.find_last_of('/');
+    if (!next.empty() && next[0] != '/' && slash != std::string::npos)
+      next = target.substr(0, slash + 1) + next;
+    target = next;
+  }
+  error = path + ": too many levels of symbolic links";
+  return false;
 }
 
 } // namespace
 
 bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error) {
   // Only a regular file is replaced through a temporary and a rename: a
-  // device (/dev/null), a FIFO or a terminal is written in place (renaming
-  // over it would replace the device node), and a symbolic link keeps
-  // pointing where it did while the file it names is replaced.
-  std::string target = path;
+  // device (/dev/null), a FIFO, a terminal, or a standard stream redirected
+  // to a file is written in place (renaming over it would replace the
+  // device node, or the file the shell redirected to), and a symbolic link
+  // keeps pointing where it did while the file it names is replaced.
   struct stat st;
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
-    return writeInPlace(path, bytes, error);
-  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-    char *resolved = ::realpath(path.c_str(), nullptr);
-    if (!resolved) {
-      error = path + ": cannot resolve the symbolic link (" + std::strerror(errno) + ")";
-      return false;
-    }
-    target = resolved;
-    std::free(resolved);
+  if (::stat(path.c_str(), &st) == 0) {
+    int stream = standardStreamOf(st);
+    if (stream >= 0 || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)))
+      return writeInPlace(path, stream, bytes, error);
   }
+  std::string target;
+  if (!linkTarget(path, target, error))
+    return false;
   std::string tmp = target + ".tmp." + std::to_string(::getpid());
   FILE *f = std::fopen(tmp.c_str(), "wb");
   if (!f) {

@@ -122,17 +122,20 @@ TEST(MemoryPlannerTest, StepOrderIsValidAndPlanKeepsTheSmaller) {
   }
 }
 
-/// Best fit stops, rather than run quadratic time, past its budget.
-TEST(MemoryPlannerTest, BestFitStopsPastItsBudget) {
-  std::vector<BufferRequest> reqs(100, BufferRequest{64, 0, 10});
-  std::vector<size_t> order(reqs.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::vector<uint64_t> offsets;
-  uint64_t budget = 100 * 99 / 2;
-  EXPECT_EQ(placeBestFit(reqs, order, offsets, &budget), 6400u);
-  EXPECT_EQ(budget, 0u);
-  budget = 100 * 99 / 2 - 1;
-  EXPECT_EQ(placeBestFit(reqs, order, offsets, &budget), kOverBudget);
+/// Past the budget of comparisons planMemory keeps the step-order
+/// placement, without starting best fit (it would cost n (n - 1) / 2).
+TEST(MemoryPlannerTest, LargePlansKeepStepOrder) {
+  EXPECT_EQ(bestFitComparisons(16384), 134209536u);
+  EXPECT_LE(bestFitComparisons(16384), kBestFitBudget);
+  EXPECT_GT(bestFitComparisons(16385 + 1000), kBestFitBudget);
+  std::mt19937 rng(3);
+  auto reqs = randomRequests(rng, 17385, 400);
+  MemoryPlan plan = planMemory(reqs);
+  std::vector<uint64_t> stepOrder;
+  uint64_t arena = placeInStepOrder(reqs, stepOrder);
+  EXPECT_GT(arena, plan.lowerBoundBytes) << "step order is optimal here: choose other requests";
+  EXPECT_EQ(plan.arenaBytes, arena);
+  EXPECT_EQ(plan.offsets, stepOrder);
 }
 
 /// Saved activations of a deep chain: nested live ranges (forward i to

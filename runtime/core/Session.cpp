@@ -340,9 +340,10 @@ bool Session::exportOnnx(const std::string &path, std::string &error) {
     for (int64_t d : init.dims())
       elements *= d;
     if (a.numElements() != elements || onnxDataType(a.type) != init.data_type()) {
-      error = path + ": the trained '" + init.name() + "' (" +
+      error = path + ": the trained '" + init.name() + "' (" + elemName(a.type) + ", " +
               std::to_string(a.numElements()) + " elements) does not fit the model's initializer (" +
-              std::to_string(elements) + " elements)";
+              "ONNX type " + std::to_string(init.data_type()) + ", " + std::to_string(elements) +
+              " elements)";
       return false;
     }
     trained.erase(it);

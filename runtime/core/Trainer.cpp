@@ -380,9 +380,12 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
           << "steps)\n";
     // A resumed run already at --steps computed no gradient: the buffers
     // hold nothing of the last step, so write nothing.
-    if (first >= opts.steps)
+    if (first >= opts.steps && first > 0)
       err << "amp-run: warning: no step ran (resumed at step " << first << ", --steps "
           << opts.steps << "): --dump-grads writes no gradients\n";
+    else if (first >= opts.steps)
+      err << "amp-run: warning: no step ran (--steps " << opts.steps
+          << "): --dump-grads writes no gradients\n";
     else if (!session->dumpGradients(opts.dumpGrads, error))
       return fail(error);
   }

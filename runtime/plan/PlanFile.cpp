@@ -220,6 +220,7 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
     }
   }
   std::set<std::string> names;
+  std::set<int> dropoutCounters; // each advanced by one Dropout step only
   for (const plan::Program &prog : p.programs()) {
     if (!names.insert(prog.name()).second) {
       error = "program '" + prog.name() + "' is defined twice";
@@ -245,9 +246,9 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
       if (step.op() == "Dropout" && step.inputs_size() > 3 && step.inputs(3) != -1) {
         const plan::Tensor &counter = p.tensors(step.inputs(3));
         if (counter.storage() != plan::STATE || counter.has_view_of() || counter.type() != plan::I64 ||
-            counter.shape_size() != 0) {
+            counter.shape_size() != 0 || !dropoutCounters.insert(step.inputs(3)).second) {
           error = what + " advances tensor " + std::to_string(step.inputs(3)) +
-                  " as its run counter, which must be an int64 scalar state";
+                  " as its run counter, which must be an int64 scalar state of its own";
           return false;
         }
       }

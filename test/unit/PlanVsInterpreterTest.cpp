@@ -387,8 +387,36 @@ g (float[4] x) => (float y) <int64 k = {1}, float[3,4] tab = {0,1,2,3,4,5,6,7,8,
       step.set_inputs(3, constant);
     }
   EXPECT_FALSE(rt::validatePlan(*p, error));
-  EXPECT_NE(error.find("as its run counter, which must be an int64 scalar state"), std::string::npos)
+  EXPECT_NE(error.find("as its run counter, which must be an int64 scalar state of its own"),
+            std::string::npos)
       << error;
+}
+
+/// Two Dropout steps advancing one counter would each skip half the runs'
+/// masks: a plan doing so is refused.
+TEST(PlanValidation, RejectsDropoutsSharingACounter) {
+  auto model = importModelText(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[4] x) => (float y) {
+  r = Constant <value = float {0.5}> ()
+  t = Constant <value = bool {1}> ()
+  d1 = Dropout (x, r, t)
+  d2 = Dropout (d1, r, t)
+  y = ReduceSum <keepdims = 0> (d2)
+})",
+                               "dropout-shared");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  auto p = lowerToPlan(**model);
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  std::string error;
+  ASSERT_TRUE(rt::validatePlan(*p, error)) << error;
+  std::vector<plan::Step *> dropouts;
+  for (plan::Step &step : *p->mutable_programs(0)->mutable_steps())
+    if (step.op() == "Dropout")
+      dropouts.push_back(&step);
+  ASSERT_EQ(dropouts.size(), 2u);
+  dropouts[1]->set_inputs(3, dropouts[0]->inputs(3));
+  EXPECT_FALSE(rt::validatePlan(*p, error));
+  EXPECT_NE(error.find("which must be an int64 scalar state of its own"), std::string::npos) << error;
 }
 
 const Case kCases[] = {{"mlp", "fp32"},         {"mlp", "fp16"},         {"mlp", "bf16"},

@@ -154,11 +154,12 @@ llvm::Error writeFileAtomically(const std::string &path, std::string_view conten
     llvm::outs().flush();
     return llvm::Error::success();
   }
-  // The runtime's writer (temporary, fsync, rename; devices, standard
-  // streams and symbolic links handled): one implementation for both tools.
+  // The runtime's writer (temporary and rename; devices, standard streams
+  // and symbolic links handled): one implementation for both tools. A
+  // compiler's output can be rebuilt: no fsync, as LLVM's tools do.
   llvm::outs().flush();
   std::string error;
-  if (!rt::writeFileAtomic(path, std::string(contents), error))
+  if (!rt::writeFileAtomic(path, std::string(contents), error, rt::Durability::ProcessCrash))
     return makeError(error);
   return llvm::Error::success();
 }

@@ -356,7 +356,8 @@ bool linkTarget(const std::string &path, std::string &target, std::string &error
 
 } // namespace
 
-bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error) {
+bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error,
+                     Durability durability) {
   // Only a regular file is replaced through a temporary and a rename: a
   // device (/dev/null), a FIFO, a terminal, or a standard stream redirected
   // to a file is written in place (renaming over it would replace the
@@ -399,7 +400,7 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
   }
   bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(fileno(f)) == 0) && ok;
+  ok = (durability == Durability::ProcessCrash || ::fsync(fileno(f)) == 0) && ok;
   ok = (std::fclose(f) == 0) && ok;
   if (!ok || std::rename(tmp.c_str(), target.c_str()) != 0) {
     error = path + ": write failed (" + std::strerror(errno) + ")";

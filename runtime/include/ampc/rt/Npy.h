@@ -48,8 +48,14 @@ bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std
 bool writeNpz(const std::string &path, const std::map<std::string, HostArray> &arrays,
               std::string &error);
 
+/// Whether a write must survive a power loss (checkpoints, trained weights:
+/// the temporary is fsync'ed before the rename) or only a crash of the
+/// process (compiler output, where fsync cost 0.3 s for an 8 MB plan here).
+enum class Durability { PowerLoss, ProcessCrash };
+
 /// Writes bytes to `path` through a temporary file in the same folder and a
 /// rename, so a reader never sees a partial file.
-bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error);
+bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error,
+                     Durability durability = Durability::PowerLoss);
 
 } // namespace ampc::rt

@@ -276,8 +276,9 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
   }
   EXPECT_EQ(widened, widening);
   if (std::string(c.precision) == "bf16" &&
-      (std::string(c.fixture) == "mlp" || std::string(c.fixture) == "transformer"))
+      (std::string(c.fixture) == "mlp" || std::string(c.fixture) == "transformer")) {
     EXPECT_GT(widened, 0) << "no bf16 gradient is bound narrow";
+  }
   // The steps trained (not skipped for overflow, for instance): every model
   // parameter moved.
   for (const std::string &name : lo.modelParameters) {

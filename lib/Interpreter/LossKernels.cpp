@@ -11,7 +11,7 @@ namespace {
 /// Log-probabilities over axis 1 of scores shaped [N, C, d1, ...].
 std::vector<double> logSoftmaxAxis1(const Tensor &x) {
   int64_t N = x.shape()[0], C = x.shape()[1];
-  int64_t inner = N * C ? x.size() / (N * C) : 0;
+  int64_t inner = N * C != 0 ? x.size() / (N * C) : 0;
   std::vector<double> out(static_cast<size_t>(x.size()));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t d = 0; d < inner; ++d) {
@@ -35,7 +35,7 @@ llvm::Expected<Tensor> nll(const KernelContext &ctx, const std::vector<double> &
                            const Shape &shape, const Tensor &target, const Tensor *weight,
                            const TensorType &outType) {
   int64_t N = shape[0], C = shape[1];
-  int64_t inner = N * C ? numElements(shape) / (N * C) : 0;
+  int64_t inner = N * C != 0 ? numElements(shape) / (N * C) : 0;
   std::string reduction = ctx.node.getString("reduction", "mean");
   bool hasIgnore = ctx.node.hasAttr("ignore_index");
   int64_t ignore = ctx.node.getInt("ignore_index", 0);

@@ -309,7 +309,7 @@ KernelResult batchNormKernel(const KernelContext &ctx) {
                   (!ctx.node.hasAttr("training_mode") && ctx.numOutputs() > 1 &&
                    ctx.node.graph()->opsetVersion() < 14);
   int64_t N = x.shape()[0], C = x.shape()[1];
-  int64_t pix = N * C ? x.size() / (N * C) : 0;
+  int64_t pix = N * C != 0 ? x.size() / (N * C) : 0;
   std::vector<double> useMean(C), useVar(C);
   for (int64_t c = 0; c < C; ++c) {
     if (!training) {
@@ -420,7 +420,7 @@ KernelResult instanceNormKernel(const KernelContext &ctx) {
   const Tensor &x = *ctx.in(0), &scale = *ctx.in(1), &bias = *ctx.in(2);
   double eps = ctx.node.getFloat("epsilon", 1e-5);
   int64_t N = x.shape()[0], C = x.shape()[1];
-  int64_t pix = N * C ? x.size() / (N * C) : 0;
+  int64_t pix = N * C != 0 ? x.size() / (N * C) : 0;
   Tensor y = ctx.out();
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) {
@@ -453,7 +453,7 @@ KernelResult softmaxKernel(const KernelContext &ctx) {
   int64_t inner = 1;
   for (int64_t d = axis + 1; d < rank; ++d)
     inner *= x.shape()[d];
-  int64_t outer = len * inner ? x.size() / (len * inner) : 0;
+  int64_t outer = len * inner != 0 ? x.size() / (len * inner) : 0;
   Tensor y = ctx.out();
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t in = 0; in < inner; ++in) {

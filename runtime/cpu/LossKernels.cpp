@@ -56,7 +56,7 @@ struct LossShape {
     }
     N = scores.shape[0];
     C = scores.shape[1];
-    D = N * C ? scores.numel / (N * C) : 0;
+    D = N * C != 0 ? scores.numel / (N * C) : 0;
     if (!isIndexType(target.type) || target.numel != N * D) {
       error = "targets must be int64/int32 shaped [N, d...]: " + argString(target);
       return false;

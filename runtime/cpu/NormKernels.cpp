@@ -43,7 +43,7 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
     return nullptr;
   }
   int64_t N = x.shape[0], C = x.shape[1];
-  int64_t pix = N * C ? x.numel / (N * C) : 0;
+  int64_t pix = N * C != 0 ? x.numel / (N * C) : 0;
   for (const TensorArg *t : {&scale, &bias, &mean, &var})
     if (t->numel != C) {
       error = "scale, B, mean and var must have C elements";
@@ -333,7 +333,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     return nullptr;
   }
   int64_t N = x.shape[0], C = x.shape[1];
-  int64_t pix = N * C ? x.numel / (N * C) : 0;
+  int64_t pix = N * C != 0 ? x.numel / (N * C) : 0;
   TensorArg dx = outAt(ctx, 0), dScale = outAt(ctx, 1), dBias = outAt(ctx, 2);
   if (scale.numel != C || (dx.data && dx.shape != x.shape) || (dScale.data && dScale.numel != C) ||
       (dBias.data && dBias.numel != C)) {

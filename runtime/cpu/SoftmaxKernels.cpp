@@ -31,7 +31,7 @@ bool slicesOf(const StepContext &ctx, const TensorArg &t, Slices &s, std::string
   }
   s.len = t.shape[axis];
   s.inner = product(t.shape, axis + 1);
-  s.outer = s.len * s.inner ? t.numel / (s.len * s.inner) : 0;
+  s.outer = s.len * s.inner != 0 ? t.numel / (s.len * s.inner) : 0;
   return true;
 }
 

@@ -57,9 +57,10 @@ void expectMinimalCasts(const Graph &g) {
     EXPECT_TRUE(seen.insert({in, to}).second)
         << "value '" << in->name() << "' is cast to type " << to << " twice";
     const Node *p = in->producer();
-    if (p && p->is("Cast"))
+    if (p && p->is("Cast")) {
       EXPECT_NE(p->input(0)->dtype(), n->output()->dtype())
           << "round trip through '" << in->name() << "'";
+    }
   }
 }
 

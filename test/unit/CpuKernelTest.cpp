@@ -70,17 +70,6 @@ const char *typeName(DType t) {
   }
 }
 
-double relTol(DType t) {
-  switch (t) {
-  case DType::F16:
-    return std::ldexp(1.0, -10);
-  case DType::BF16:
-    return std::ldexp(1.0, -7);
-  default:
-    return 0.0;
-  }
-}
-
 /// Generates the value of one graph input.
 using Generator = std::function<Tensor(const TensorType &, std::mt19937_64 &)>;
 

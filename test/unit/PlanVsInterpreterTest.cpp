@@ -257,8 +257,9 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
     rt::HostArray got;
     ASSERT_TRUE(session->output(prog, b.name(), got, error)) << error;
     const Tensor &want = lastOutputs.at(b.name());
-    if (want.dtype() == DType::F32)
+    if (want.dtype() == DType::F32) {
       ASSERT_EQ(got.type, rt::ElemType::F32) << b.name();
+    }
     widened += b.has_widen_to();
     double err = maskedRelativeError(fromHost(got, want.type()), want, maskOf(b.name()));
     EXPECT_LE(err, tolerance) << c.fixture << " " << c.precision << " output '" << b.name() << "'";

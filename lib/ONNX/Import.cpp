@@ -79,6 +79,18 @@ llvm::Error checkOpsets(onnx::ModelProto &model) {
   if (opset >= kMinOpset)
     return llvm::Error::success();
   // Older models are upgraded with ONNX's version converter when it can.
+  // Before IR version 4 every initializer had to be a graph input as well;
+  // the converter then reports a missing one only as "Input x is undefined".
+  if (model.ir_version() < 4)
+    for (const auto &init : model.graph().initializer()) {
+      bool listed = false;
+      for (const auto &in : model.graph().input())
+        listed = listed || in.name() == init.name();
+      if (!listed)
+        return formatError("initializer '{0}' is not a graph input, which IR version {1} "
+                           "requires (IR version 4 lifted that rule)",
+                           init.name(), model.ir_version());
+    }
   try {
     onnx::ModelProto converted = onnx::version_conversion::ConvertVersion(model, kMinOpset);
     model = std::move(converted);
@@ -240,6 +252,34 @@ llvm::Error checkKnownOps(const onnx::ModelProto &model) {
   return llvm::Error::success();
 }
 
+/// Sizes given on the command line are checked before ONNX's shape
+/// inference sees them: a dimension of 0 made its data propagation crash
+/// (ONNX 1.12, on Shape of an empty tensor), and a huge one overflowed the
+/// sizes computed from it.
+llvm::Error checkBoundSizes(const onnx::GraphProto &graph, const ImportOptions &opts) {
+  for (const auto &in : graph.input()) {
+    bool bound = opts.shapes.count(in.name()) > 0;
+    const auto &dims = in.type().tensor_type().shape().dim();
+    int64_t elements = 1;
+    bool overflows = false;
+    Shape shape;
+    for (int d = 0; d < dims.size(); ++d) {
+      int64_t v = dims[d].dim_value();
+      shape.push_back(v);
+      bool given = bound || (d == 0 && opts.batch);
+      if (given && v <= 0)
+        return formatError("input '{0}': dimension {1} is bound to {2}; it must be positive",
+                           in.name(), d, v);
+      overflows = overflows || (v > 0 && elements > kMaxElements / v);
+      elements = overflows ? elements : elements * std::max<int64_t>(v, 1);
+    }
+    if (overflows)
+      return makeError("input '" + in.name() + "' has shape " + shapeStr(shape) +
+                       ", more than 2^31 elements");
+  }
+  return llvm::Error::success();
+}
+
 llvm::Error bindInputShapes(onnx::GraphProto &graph, const ImportOptions &opts) {
   for (const auto &[name, shape] : opts.shapes) {
     bool found = false;
@@ -290,7 +330,7 @@ llvm::Error bindInputShapes(onnx::GraphProto &graph, const ImportOptions &opts) 
                          in.name(), d, sym, d == 0 ? "--batch=N or " : "");
     }
   }
-  return llvm::Error::success();
+  return checkBoundSizes(graph, opts);
 }
 
 llvm::Error runChecker(onnx::ModelProto &model) {

@@ -38,7 +38,7 @@ bool matMulShape(const std::vector<int64_t> &a, const std::vector<int64_t> &b,
       error = "batch dimensions do not broadcast: " + aText + " x " + bText;
       return false;
     }
-    out.batch[i] = std::max(x, y);
+    out.batch[i] = x == 1 ? y : x; // 1 broadcasts to the other, 0 included
     count *= out.batch[i];
   }
   if (count * out.M * out.N != resultNumel) {

@@ -34,6 +34,8 @@ public:
       return makeError("--accumulate must be at least 1");
     if (steps_ == 1)
       return llvm::Error::success();
+    if (g.metadata.count(kAccumulateStatesKey))
+      return makeError("the graph already accumulates gradients (accumulate ran before)");
     std::vector<GradientOutput> grads = findGradients(g);
     if (grads.empty())
       return makeError("no gradient outputs (<param>_grad): run autodiff first");

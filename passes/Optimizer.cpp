@@ -44,6 +44,9 @@ public:
   llvm::Error run(Graph &g, PassContext &ctx) override {
     if (auto err = validate())
       return err;
+    // A second optimizer would give each parameter two conflicting updates.
+    if (g.metadata.count(std::string(kInfoPrefix) + "optimizer"))
+      return makeError("the graph already updates its parameters (optimizer ran before)");
     std::vector<GradientOutput> grads = findGradients(g);
     if (grads.empty())
       return makeError("no gradient outputs (<param>_grad): run autodiff first");

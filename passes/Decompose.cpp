@@ -27,6 +27,10 @@
 //        Transpose, Reshape, Slice with step -1). This spends s^d more
 //        multiply-adds than a direct kernel would: correctness first.
 //
+//   Pow(float base, integer exponent)
+//     -> Pow(base, Cast(exponent to fp32)): the elementwise kernels take
+//        float operands only.
+//
 // Other forms stay as they are (and a missing kernel or rule reports them).
 //
 //===----------------------------------------------------------------------===//
@@ -56,6 +60,8 @@ public:
         done = resizeNearest(n) || resizeByMatrices(n);
       else if (n->is("ConvTranspose"))
         done = convTranspose(n);
+      else if (n->is("Pow"))
+        done = floatExponent(n);
       rewritten += done;
     }
     return rewritten;
@@ -86,6 +92,23 @@ private:
     out->replaceAllUsesWith(replacement);
     g_.renameValue(replacement, name);
     g_.eraseNode(n);
+  }
+
+  /// Pow of a float base by an integer exponent: the exponent becomes fp32
+  /// (fp64 for an fp64 base), exact below 2^24, so the elementwise kernels,
+  /// which compute in fp32, take it.
+  bool floatExponent(Node *n) {
+    Value *base = n->input(0), *exponent = n->input(1);
+    if (!base || !exponent || !n->output() || !isFloat(base->dtype()) || isFloat(exponent->dtype()))
+      return false;
+    DType wide = base->dtype() == DType::F64 ? DType::F64 : DType::F32;
+    Graph::InsertionGuard guard(g_, n);
+    std::string name = (n->name().empty() ? n->output()->name() : n->name()) + "/exponent";
+    Value *cast = make("Cast", {exponent}, TensorType(wide, exponent->shape()), name,
+                       {{"to", Attribute::ofInt(dtypeToOnnx(wide))}})
+                      ->output();
+    n->setInput(1, cast);
+    return true;
   }
 
   bool instanceNorm(Node *n) {

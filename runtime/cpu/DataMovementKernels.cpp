@@ -630,38 +630,16 @@ std::unique_ptr<Kernel> createPad(const StepContext &ctx, std::string &error) {
     }
     before[a] = pads[i];
   }
-  std::string mode = ctx.attrString("mode", "constant");
-  if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap") {
-    error = "unknown mode '" + mode + "'";
+  math::PadMode mode;
+  if (!math::padModeByName(ctx.attrString("mode", "constant"), mode)) {
+    error = "unknown mode '" + ctx.attrString("mode", "constant") + "'";
     return nullptr;
   }
   // Per axis: the source index of every result index (-1: the pad value).
   std::vector<std::vector<int64_t>> src(rank);
-  for (int64_t d = 0; d < rank; ++d) {
-    int64_t n = x.shape[d];
-    for (int64_t o = 0; o < y.shape[d]; ++o) {
-      int64_t s = o - before[d];
-      if (s < 0 || s >= n) {
-        if (mode == "constant" || n == 0)
-          s = -1;
-        else if (mode == "edge")
-          s = std::clamp<int64_t>(s, 0, n - 1);
-        else if (mode == "reflect") {
-          int64_t period = 2 * (n - 1);
-          if (period == 0)
-            s = 0;
-          else {
-            s = ((s % period) + period) % period;
-            if (s >= n)
-              s = period - s;
-          }
-        } else {
-          s = ((s % n) + n) % n;
-        }
-      }
-      src[d].push_back(s);
-    }
-  }
+  for (int64_t d = 0; d < rank; ++d)
+    for (int64_t o = 0; o < y.shape[d]; ++o)
+      src[d].push_back(math::padSource(mode, o - before[d], x.shape[d]));
   TensorArg value = ctx.has(2) ? ctx.inputs[2] : TensorArg();
   double attrValue = ctx.attrFloat("value", 0.0);
   size_t es = elemBytes(x.type);

@@ -195,6 +195,35 @@ struct GatherGradArgs {
   }
 };
 
+/// Pad in any mode (math::padSource, the CPU kernel's mapping), cropping
+/// included: one thread per result element finds its source along every
+/// axis, or writes the pad value (`value`, an element of the result's type,
+/// or zeros when null).
+struct PadArgs {
+  const void *x = nullptr, *value = nullptr;
+  void *y = nullptr;
+  int elemBytes = 4, rank = 0;
+  math::PadMode mode = math::PadMode::Constant;
+  int64_t yShape[kMaxRank] = {}, xShape[kMaxRank] = {}, xStrides[kMaxRank] = {},
+          before[kMaxRank] = {};
+
+  static AMPC_HD void run(const PadArgs &a, int64_t i) {
+    int64_t src = 0, rem = i;
+    bool inside = true;
+    for (int d = a.rank - 1; d >= 0; --d) {
+      int64_t c = rem % a.yShape[d];
+      rem /= a.yShape[d];
+      int64_t s = math::padSource(a.mode, c - a.before[d], a.xShape[d]);
+      inside = inside && s >= 0;
+      src += (s < 0 ? 0 : s) * a.xStrides[d];
+    }
+    if (inside || !a.value)
+      copyElement(a.elemBytes, a.x, src, a.y, i, inside);
+    else
+      copyElement(a.elemBytes, a.value, 0, a.y, i, true);
+  }
+};
+
 /// Gather along one axis: X viewed as [outer, dim, inner], the result as
 /// [outer, n, inner] for n indices; negative indices count from the end, an
 /// index out of range yields zeros (as the CPU kernel).
@@ -1149,6 +1178,7 @@ struct DropoutArgs {
   X(Copy, CopyArgs)                                                                                \
   X(Gather, GatherArgs)                                                                            \
   X(GatherElements, GatherElementsArgs)                                                            \
+  X(Pad, PadArgs)                                                                                  \
   X(GatherGrad, GatherGradArgs)                                                                    \
   X(Reduce, ReduceArgs)                                                                            \
   X(Softmax, SoftmaxArgs)                                                                          \

@@ -877,46 +877,85 @@ bool StepLowering::lowerPad(std::string &error) {
     error = "Pad takes an operand and a result of its type and rank";
     return false;
   }
-  std::string mode = attrString("mode", "constant");
-  if (mode != "constant") {
-    error = "Pad mode '" + mode + "' has no CUDA lowering (constant has)";
+  math::PadMode mode;
+  if (!math::padModeByName(attrString("mode", "constant"), mode)) {
+    error = "unknown mode '" + attrString("mode", "constant") + "'";
+    return false;
+  }
+  int r = x.rank();
+  if (r > kMaxRank) {
+    error = "rank above " + std::to_string(kMaxRank);
     return false;
   }
   std::vector<int64_t> pads;
   if (!constantInts(1, pads, error))
     return false;
-  if (has(3)) {
-    error = "Pad with an axes operand has no CUDA lowering";
+  std::vector<int64_t> axes(r);
+  for (int d = 0; d < r; ++d)
+    axes[d] = d;
+  if (has(3) && !constantInts(3, axes, error))
+    return false;
+  if (pads.size() != 2 * axes.size()) {
+    error = "pads do not match the axes";
     return false;
   }
-  int r = x.rank();
-  if (static_cast<int>(pads.size()) != 2 * r) {
-    error = "pads must hold two entries per axis";
+  std::vector<int64_t> before(r, 0), after(r, 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t d = normalizeAxis(axes[i], r);
+    if (d < 0) {
+      error = "axis out of range";
+      return false;
+    }
+    before[d] = pads[i];
+    after[d] = pads[axes.size() + i];
+  }
+  bool cropsOrCopies = mode != math::PadMode::Constant;
+  for (int d = 0; d < r; ++d) {
+    if (x.shape[d] + before[d] + after[d] != y.shape[d]) {
+      error = "result " + argString(y) + " does not match the pads";
+      return false;
+    }
+    cropsOrCopies = cropsOrCopies || before[d] < 0 || after[d] < 0;
+  }
+  Operand value = has(2) ? input(2) : Operand();
+  if (value.present() && (value.type != y.type || value.numel != 1)) {
+    error = "the pad value must be a scalar of the result's type";
     return false;
   }
   std::vector<int64_t> ys = stridesOf(y.shape);
-  int64_t offset = 0;
+  if (!cropsOrCopies) {
+    // Constant padding: fill, then one strided copy of X into the middle.
+    if (value.present()) {
+      if (!copyKernel(y.shape, std::vector<int64_t>(r, 0), ys, value.p, y.p, y.elemBytes(), error))
+        return false;
+    } else {
+      memset0(y.p, static_cast<size_t>(y.numel) * y.elemBytes());
+    }
+    if (x.numel == 0)
+      return true;
+    int64_t offset = 0;
+    for (int d = 0; d < r; ++d)
+      offset += before[d] * ys[d];
+    return copyKernel(x.shape, stridesOf(x.shape), ys, x.p, y.at(offset), y.elemBytes(), error);
+  }
+  // Edge, reflect, wrap, or cropping: every result element finds its source.
+  PadArgs p;
+  p.x = x.p;
+  p.value = value.present() ? value.p : nullptr;
+  p.y = y.p;
+  p.elemBytes = static_cast<int>(y.elemBytes());
+  p.rank = r;
+  p.mode = mode;
+  std::vector<int64_t> xs = stridesOf(x.shape);
   for (int d = 0; d < r; ++d) {
-    if (pads[d] < 0 || pads[r + d] < 0 || x.shape[d] + pads[d] + pads[r + d] != y.shape[d]) {
-      error = "negative pads (cropping) have no CUDA lowering";
-      return false;
-    }
-    offset += pads[d] * ys[d];
+    p.yShape[d] = y.shape[d];
+    p.xShape[d] = x.shape[d];
+    p.xStrides[d] = xs[d];
+    p.before[d] = before[d];
   }
-  Operand value = has(2) ? input(2) : Operand();
-  if (value.present()) {
-    if (value.type != y.type || value.numel != 1) {
-      error = "the pad value must be a scalar of the result's type";
-      return false;
-    }
-    if (!copyKernel(y.shape, std::vector<int64_t>(r, 0), ys, value.p, y.p, y.elemBytes(), error))
-      return false;
-  } else {
-    memset0(y.p, static_cast<size_t>(y.numel) * y.elemBytes());
-  }
-  if (x.numel == 0)
-    return true;
-  return copyKernel(x.shape, stridesOf(x.shape), ys, x.p, y.at(offset), y.elemBytes(), error);
+  if (y.numel > 0)
+    kernel(KernelKind::Pad, p, y.numel);
+  return true;
 }
 
 bool StepLowering::lowerGather(std::string &error) {

@@ -509,6 +509,16 @@ TEST(CudaEmulation, DataMovement) {
   compareOp("Pad", header() + R"(g (T[2,3] a, T v) => (T[4,6] y) <int64[4] p = {0, 2, 2, 1}> {
       y = Pad(a, p, v)
     })");
+  // Every mode, with cropping (negative pads): one thread per result element
+  // finding its source, as the CPU maps them.
+  for (const char *mode : {"constant", "edge", "reflect", "wrap"}) {
+    compareOp(std::string("Pad-") + mode, header() + R"(g (T[3,4] a, T v) => (T[6,7] y) <int64[4] p = {1, 2, 2, 1}> {
+      y = Pad <mode = ")" + mode + R"("> (a, p, v)
+    })");
+    compareOp(std::string("Pad-crop-") + mode, header() + R"(g (T[2,5,4] a) => (T[2,6,7] y) <int64[6] p = {0, -2, 1, 0, 3, 2}> {
+      y = Pad <mode = ")" + mode + R"("> (a, p)
+    })");
+  }
 }
 
 /// Dropout draws the CPU's masks (one generator, ElementMath.h) run after run:

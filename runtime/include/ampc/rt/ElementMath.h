@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #ifdef __CUDACC__
 #define AMPC_HD __host__ __device__ __forceinline__
@@ -109,6 +111,41 @@ AMPC_HD uint64_t splitMix64(uint64_t z) {
 AMPC_HD uint64_t dropoutKey(uint64_t seed, uint64_t run) { return splitMix64(seed ^ splitMix64(run)); }
 AMPC_HD bool dropoutKeeps(uint64_t key, int64_t i, uint32_t threshold) {
   return (splitMix64(key + static_cast<uint64_t>(i)) >> 40) >= threshold;
+}
+
+/// Pad's modes, the same on every backend: the source index along one axis
+/// of length n for result index `s` minus the leading pad (s may fall
+/// outside [0, n)), or -1 where the pad value goes.
+enum class PadMode : uint8_t { Constant, Edge, Reflect, Wrap };
+AMPC_HD int64_t padSource(PadMode mode, int64_t s, int64_t n) {
+  if (s >= 0 && s < n)
+    return s;
+  if (mode == PadMode::Constant || n == 0)
+    return -1;
+  if (mode == PadMode::Edge)
+    return s < 0 ? 0 : n - 1;
+  if (mode == PadMode::Reflect) {
+    int64_t period = 2 * (n - 1);
+    if (period == 0)
+      return 0;
+    s = ((s % period) + period) % period;
+    return s >= n ? period - s : s;
+  }
+  return ((s % n) + n) % n; // Wrap
+}
+
+/// The mode named by Pad's `mode` attribute; false for an unknown name.
+inline bool padModeByName(const std::string &name, PadMode &mode) {
+  const std::pair<const char *, PadMode> modes[] = {{"constant", PadMode::Constant},
+                                                    {"edge", PadMode::Edge},
+                                                    {"reflect", PadMode::Reflect},
+                                                    {"wrap", PadMode::Wrap}};
+  for (const auto &[n, m] : modes)
+    if (name == n) {
+      mode = m;
+      return true;
+    }
+  return false;
 }
 
 /// Rounds an fp32 value to what fp16 / bf16 storage would hold.

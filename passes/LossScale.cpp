@@ -90,21 +90,23 @@ public:
     seed->replaceAllUsesWith(seedValue);
     g.removeValue(seed);
 
-    // One check of every gradient.
+    // Unscale: inverse scale in double, rounded to float (torch does the same).
+    Value *inv = b.cast(b.reciprocal(b.cast(scale, DType::F64)), DType::F32);
     std::vector<Value *> toCheck;
-    for (const GradientOutput &go : grads)
-      toCheck.push_back(go.grad);
+    for (const GradientOutput &go : grads) {
+      Value *unscaled = b.mul(go.grad, b.cast(inv, go.grad->dtype()));
+      replaceOutput(g, go.grad, unscaled, "scaled");
+      toCheck.push_back(unscaled);
+    }
+    // One check of every unscaled gradient, as torch's
+    // _amp_foreach_non_finite_check_and_unscale_ does: a finite scaled
+    // gradient can still become inf or NaN when unscaled (a scale that has
+    // backed off so far that its inverse overflows), and such a step must be
+    // skipped too.
     Value *allFinite =
         b.node("AllFinite", toCheck, {TensorType(DType::Bool, {})}, {}, std::string(kAmpcDomain))
             ->output();
     Value *found = b.notOf(allFinite);
-
-    // Unscale: inverse scale in double, rounded to float (torch does the same).
-    Value *inv = b.cast(b.reciprocal(b.cast(scale, DType::F64)), DType::F32);
-    for (const GradientOutput &go : grads) {
-      Value *unscaled = b.mul(go.grad, b.cast(inv, go.grad->dtype()));
-      replaceOutput(g, go.grad, unscaled, "scaled");
-    }
 
     Value *reported = scale;
     if (dynamic) {

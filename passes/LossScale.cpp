@@ -23,6 +23,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <cmath>
+#include <limits>
 
 namespace ampc {
 
@@ -63,10 +64,12 @@ public:
       ctx.addReport("loss-scale", "loss-scale: none (no fp16 values to protect)");
       return llvm::Error::success();
     }
-    if (!(c_.init > 0) || !(c_.growth >= 1) || !(c_.backoff > 0 && c_.backoff <= 1) ||
-        c_.interval < 1)
-      return makeError("loss scaling needs init > 0, growth-factor >= 1, 0 < backoff <= 1 and "
-                       "growth-interval >= 1");
+    // The scale is an fp32 value: above FLT_MAX it would be inf and skip every step.
+    constexpr double kMaxScale = std::numeric_limits<float>::max();
+    if (!(c_.init > 0 && c_.init <= kMaxScale) || !(c_.growth >= 1) ||
+        !(c_.backoff > 0 && c_.backoff <= 1) || c_.interval < 1)
+      return makeError("loss scaling needs 0 < init <= 3.4e38 (fp32), growth-factor >= 1, "
+                       "0 < backoff <= 1 and growth-interval >= 1");
     Value *seed = findSeed(g);
     if (!seed)
       return makeError("no backward seed input (<loss>_grad): run autodiff first");
@@ -76,9 +79,9 @@ public:
     double init = c_.init;
     if (!dynamic) {
       double v;
-      if (llvm::StringRef(mode).getAsDouble(v) || !(v > 0) || !std::isfinite(v))
-        return makeError("--loss-scale must be dynamic, none or a positive number, got '" + mode +
-                         "'");
+      if (llvm::StringRef(mode).getAsDouble(v) || !(v > 0) || !(v <= kMaxScale))
+        return makeError("--loss-scale must be dynamic, none or a positive fp32 number, got '" +
+                         mode + "'");
       init = v;
     }
     Builder b(g, "loss_scale/");

@@ -7,7 +7,9 @@
 #include "ampc/rt/Printable.h"
 #include "ampc/rt/Session.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -92,7 +94,7 @@ public:
   /// Feeds the batch at (epoch, cursor) and advances.
   bool feedNext(Session &session, int program, bool shuffle, uint64_t seed, int64_t &epoch,
                 int64_t &cursor, std::string &error) {
-    if (cursor + batch_ > samples_) {
+    if (cursor > samples_ - batch_) { // (cursor + batch_ could overflow)
       ++epoch;
       cursor = 0;
     }
@@ -230,7 +232,12 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   // Programs: one "step", or "accumulate" run N times and then "apply".
   int step = session->program("step");
   int accumulate = session->program("accumulate"), apply = session->program("apply");
-  int64_t microBatches = std::stoll(info(plan, "accumulate", "1"));
+  std::string accumulateInfo = info(plan, "accumulate", "1");
+  char *end = nullptr;
+  errno = 0;
+  int64_t microBatches = std::strtoll(accumulateInfo.c_str(), &end, 10);
+  if (accumulateInfo.empty() || *end || errno == ERANGE || microBatches < 1)
+    return fail(opts.planPath + ": the plan's info 'accumulate' is not a positive integer");
   int feedProgram = step >= 0 ? step : accumulate;
   if (feedProgram < 0 || (step < 0 && apply < 0))
     return fail(opts.planPath + ": the plan has neither a 'step' nor 'accumulate'/'apply' programs");
@@ -257,6 +264,12 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   if (!opts.resumeDir.empty()) {
     if (!session->loadCheckpoint(opts.resumeDir, counters, error))
       return fail(error);
+    // The counters index the data set and the step loop: a checkpoint is
+    // untrusted input like any other.
+    for (const char *name : {"step", "epoch", "cursor"})
+      if (counters[name] < 0)
+        return fail(opts.resumeDir + "/state.npz: counter '" + name + "' is negative (" +
+                    std::to_string(counters[name]) + ")");
     if (!opts.quiet)
       out << "resumed from " << opts.resumeDir << " at step " << counters["step"] << "\n";
   }
@@ -322,13 +335,18 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
     double foundInf = scalarOutput(*session, outputProgram, infName);
     bool skipped = !std::isnan(foundInf) && foundInf != 0;
     lastSkipped = skipped;
-    if (metrics)
+    if (metrics) {
+      // One line per step, flushed: a killed run keeps the metrics of the
+      // steps it ran, and a full disk stops the run instead of losing them.
       std::fprintf(metrics.get(),
                    "{\"step\": %lld, \"loss\": %s, \"loss_scale\": %s, \"skipped\": %s, "
                    "\"seconds\": %s}\n",
                    static_cast<long long>(s + 1), jsonNumber(loss).c_str(),
                    jsonNumber(scale).c_str(), skipped ? "true" : "false",
                    jsonNumber(seconds).c_str());
+      if (std::fflush(metrics.get()) != 0 || std::ferror(metrics.get()))
+        return fail(opts.metricsPath + ": write failed (" + std::strerror(errno) + ")");
+    }
     if (!std::isnan(scale) && scale < 1 && !warnedScale) {
       err << "amp-run: warning: step " << s + 1 << ": the loss scale fell below 1 (" << scale
           << "): gradients overflow even unscaled; training may be stalling\n";

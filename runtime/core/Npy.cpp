@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -485,6 +486,7 @@ bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std
       return false;
     }
     uint16_t method = u16(b, p + 10);
+    uint32_t expectedCrc = u32(b, p + 16);
     uint64_t csize = u32(b, p + 20), usize = u32(b, p + 24);
     uint16_t nameLen = u16(b, p + 28), extraLen = u16(b, p + 30), commentLen = u16(b, p + 32);
     uint64_t local = u32(b, p + 42);
@@ -528,6 +530,18 @@ bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std
       }
     } else {
       error = path + ": entry '" + name + "' uses unsupported compression " + std::to_string(method);
+      return false;
+    }
+    // The CRC every zip entry carries: a checkpoint damaged on disk is
+    // refused rather than trained from.
+    uint32_t crc = 0;
+    for (size_t at = 0; at < member.size(); at += 1u << 30) {
+      size_t n = std::min<size_t>(member.size() - at, 1u << 30);
+      crc = static_cast<uint32_t>(
+          crc32(crc, reinterpret_cast<const Bytef *>(member.data() + at), static_cast<uInt>(n)));
+    }
+    if (crc != expectedCrc) {
+      error = path + ": entry '" + name + "' fails its CRC check (the file is damaged)";
       return false;
     }
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0)

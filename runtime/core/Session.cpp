@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace ampc::rt {
@@ -252,6 +253,18 @@ bool Session::loadCheckpoint(const std::string &dir, std::map<std::string, int64
     if (!writeTensor(i, it->second, error))
       return false;
   }
+  // State the plan does not have means another plan's checkpoint (an AdamW
+  // one resumed by an SGD plan of the same model would drop its moments).
+  std::set<std::string> planState;
+  for (const plan::Tensor &t : plan_.tensors())
+    if (t.storage() == plan::STATE && !t.has_view_of())
+      planState.insert("state/" + t.name());
+  for (const auto &[key, a] : arrays)
+    if (key.rfind("state/", 0) == 0 && !planState.count(key)) {
+      error = dir + "/state.npz: holds state '" + key.substr(6) +
+              "', which the plan does not have (a checkpoint of another plan?)";
+      return false;
+    }
   for (const auto &[key, a] : arrays)
     if (key.rfind("counter/", 0) == 0 && a.type == ElemType::I64 && a.bytes.size() == 8) {
       int64_t v;

@@ -274,8 +274,21 @@ bool Session::loadCheckpoint(const std::string &dir, std::map<std::string, int64
   return true;
 }
 
+bool Session::dumpFileNamesDistinct(const std::string &dir, std::string &error) const {
+  std::map<std::string, std::string> owner;
+  for (const plan::Parameter &p : plan_.parameters()) {
+    auto [it, fresh] = owner.emplace(safeFileName(p.onnx_name()), p.onnx_name());
+    if (!fresh) {
+      error = dir + ": parameters '" + it->second + "' and '" + p.onnx_name() + "' would both be " +
+              it->first + ".npy";
+      return false;
+    }
+  }
+  return true;
+}
+
 bool Session::dumpParameters(const std::string &dir, std::string &error) {
-  if (!makeDirs(dir, error))
+  if (!dumpFileNamesDistinct(dir, error) || !makeDirs(dir, error))
     return false;
   for (const plan::Parameter &p : plan_.parameters()) {
     HostArray a;
@@ -287,7 +300,7 @@ bool Session::dumpParameters(const std::string &dir, std::string &error) {
 }
 
 bool Session::dumpGradients(const std::string &dir, std::string &error) {
-  if (!makeDirs(dir, error))
+  if (!dumpFileNamesDistinct(dir, error) || !makeDirs(dir, error))
     return false;
   for (const plan::Parameter &p : plan_.parameters()) {
     if (p.grad() < 0)

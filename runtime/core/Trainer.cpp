@@ -228,6 +228,9 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   if (!session)
     return fail(error);
   const plan::Plan &plan = session->plan();
+  for (const std::string &dir : {opts.dumpParams, opts.dumpGrads})
+    if (!dir.empty() && !session->dumpFileNamesDistinct(dir, error))
+      return fail(error);
 
   // Programs: one "step", or "accumulate" run N times and then "apply".
   int step = session->program("step");

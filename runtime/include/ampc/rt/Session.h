@@ -60,9 +60,12 @@ public:
   /// One .npy per model parameter (fp32 master values) / per trained
   /// parameter's last unscaled gradient (widened to the master's type when
   /// the plan keeps it narrower). File names: the ONNX initializer name
-  /// with characters outside [A-Za-z0-9._-] replaced by '_'.
+  /// with characters outside [A-Za-z0-9._-] replaced by '_'; two names that
+  /// would share a file are an error, before anything is written (amp-run
+  /// asks dumpFileNamesDistinct before training, so no run is lost to it).
   bool dumpParameters(const std::string &dir, std::string &error);
   bool dumpGradients(const std::string &dir, std::string &error);
+  bool dumpFileNamesDistinct(const std::string &dir, std::string &error) const;
 
   /// Writes the original ONNX model with the trained parameter values.
   bool exportOnnx(const std::string &path, std::string &error);

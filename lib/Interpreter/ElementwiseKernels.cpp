@@ -51,7 +51,7 @@ const UnaryEntry kUnary[] = {
     {"Log", [](double x, const Node &) { return std::log(x); }},
     {"Sqrt", [](double x, const Node &) { return std::sqrt(x); }},
     {"Reciprocal", [](double x, const Node &) { return 1.0 / x; }},
-    {"Relu", [](double x, const Node &) { return x > 0 ? x : 0.0; }},
+    {"Relu", [](double x, const Node &) { return x < 0 ? 0.0 : x; }}, // NaN passes through
     {"Sigmoid", [](double x, const Node &) { return 1.0 / (1.0 + std::exp(-x)); }},
     {"Tanh", [](double x, const Node &) { return std::tanh(x); }},
     {"Erf", [](double x, const Node &) { return std::erf(x); }},

@@ -950,6 +950,22 @@ TEST(CpuKernel, DropoutTraining) {
 // Training-step ops
 //===----------------------------------------------------------------------===//
 
+/// Relu lets NaN through, as PyTorch and numpy's maximum(x, 0) do (it made
+/// NaN 0, hiding a diverged activation); ReluGrad of NaN is 0, as torch's
+/// threshold_backward gives.
+TEST(CpuKernel, ReluPassesNaN) {
+  Generator someNaN = [](const TensorType &t, std::mt19937_64 &rng) {
+    Tensor x = uniform(t, rng);
+    for (int64_t i = 0; i < t.numElements(); i += 7)
+      x.setDouble(i, std::numeric_limits<double>::quiet_NaN());
+    return x;
+  };
+  runAllTypes({"Relu", header() + "g (T[300] x) => (T[300] y) { y = Relu (x) }", {{"x", someNaN}}});
+  runAllTypes({"ampc.ReluGrad", header(kAmpc) + "g (T[300] dy, T[300] x) => (T[300] dx) "
+                                                "{ dx = ampc.ReluGrad (dy, x) }",
+               {{"x", someNaN}}});
+}
+
 TEST(CpuKernel, AllFinite) {
   Generator withInf = [](const TensorType &t, std::mt19937_64 &rng) {
     Tensor x = uniform(t, rng);

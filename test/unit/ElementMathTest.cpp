@@ -214,3 +214,17 @@ TEST(ElementMath, OperatorDefinitions) {
   EXPECT_LT(math::sigmoid(-100.0f), 1e-40f);
   EXPECT_EQ(math::sigmoid(100.0f), 1.0f);
 }
+
+namespace {
+
+/// The shared definitions propagate NaN where PyTorch does: Relu(NaN) is
+/// NaN (it was 0), and the other activations follow from their formulas.
+TEST(ElementMath, ReluPassesNaN) {
+  float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(math::relu(nan)));
+  EXPECT_EQ(math::relu(-2.0f), 0.0f);
+  EXPECT_EQ(math::relu(3.0f), 3.0f);
+  EXPECT_TRUE(std::isnan(math::relu(static_cast<double>(nan))));
+}
+
+} // namespace

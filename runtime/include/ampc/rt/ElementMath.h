@@ -156,7 +156,8 @@ AMPC_HD float roundToBFloat16(float f) { return bfloat16ToFloat(floatToBFloat16(
 // Per-element operator definitions (ONNX semantics, fp32 math)
 //===----------------------------------------------------------------------===//
 
-template <typename T> AMPC_HD T relu(T x) { return x > T(0) ? x : T(0); }
+/// NaN passes through, as in PyTorch and numpy's maximum(x, 0).
+template <typename T> AMPC_HD T relu(T x) { return x < T(0) ? T(0) : x; }
 template <typename T> AMPC_HD T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
 template <typename T> AMPC_HD T softplus(T x) {
   return x > T(0) ? x + log1p(exp(-x)) : log1p(exp(x));

@@ -493,13 +493,21 @@ int ampOptMain(int argc, char **argv) {
   }
 
   // --split-input-file: each part is its own model; errors are reported per
-  // part and the exit status says whether any failed.
+  // part and the exit status says whether any failed. The results are text
+  // joined by separators, so binary emits are refused; a file given with -o
+  // is written only when every part succeeded (the terminal, as mlir-opt's,
+  // shows the parts that did).
+  if (defaultEmit() == "plan" || defaultEmit() == "onnx")
+    return fail("--split-input-file joins the parts' results as text; --emit=" + defaultEmit() +
+                " writes one binary file per model: compile the parts separately");
   auto buffer = inputFile == "-" ? llvm::MemoryBuffer::getSTDIN()
                                  : llvm::MemoryBuffer::getFile(inputFile);
   if (!buffer)
     return fail(inputFile + ": cannot read the file: " + buffer.getError().message());
   llvm::SmallVector<llvm::StringRef> parts;
   splitParts((*buffer)->getBuffer(), parts);
+  if (parts.empty())
+    return fail(inputFile + ": the file is empty");
   std::string combined;
   bool failed = false;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -516,6 +524,8 @@ int ampOptMain(int argc, char **argv) {
       combined += "# -----\n";
     combined += *text;
   }
+  if (failed && outputFile != "-")
+    return 1; // each failure has been reported; the output file stays as it was
   if (auto err = writeFileAtomically(outputFile, combined))
     return fail(std::move(err));
   return failed ? 1 : 0;

@@ -132,6 +132,16 @@ std::vector<std::unique_ptr<cl::opt<std::string>>> &forwardedOpts() {
 
 /// `options` (a pass's own option text) plus the forwarded flags for `pass`
 /// that the text does not set.
+/// A flag's value as one pass option: quoted when it is empty or holds a
+/// separator, '=', a bracket or a quote (a loss named 'total loss' was two
+/// options, and --loss='l1 params=w' set a second option).
+std::string quoteOptionValue(const std::string &value) {
+  if (!value.empty() && value.find_first_of(" ,=[]'\"") == std::string::npos)
+    return value;
+  char quote = value.find('"') == std::string::npos ? '"' : '\'';
+  return quote + value + quote;
+}
+
 std::string withForwardedOptions(llvm::StringRef pass, llvm::StringRef options) {
   const PassInfo *info = PassRegistry::lookup(pass);
   std::string out = options.trim().str();
@@ -149,9 +159,15 @@ std::string withForwardedOptions(llvm::StringRef pass, llvm::StringRef options) 
     if (llvm::StringRef(" " + out).contains(" " + std::string(f.option) + "=") ||
         llvm::StringRef("," + out).contains("," + std::string(f.option) + "="))
       continue;
-    std::string value = opt.empty() ? "true" : opt.getValue(); // --nesterov alone
-    if (llvm::StringRef(value).contains(','))
+    auto spec = std::find_if(info->options.begin(), info->options.end(),
+                             [&](const OptionSpec &s) { return s.name == f.option; });
+    std::string value = opt.getValue();
+    if (spec->type == OptionType::Bool && value.empty())
+      value = "true"; // --nesterov alone
+    else if (spec->type == OptionType::List && llvm::StringRef(value).contains(','))
       value = "[" + value + "]";
+    else
+      value = quoteOptionValue(value);
     out += (out.empty() ? "" : " ") + std::string(f.option) + "=" + value;
   }
   return out;

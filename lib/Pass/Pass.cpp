@@ -49,25 +49,42 @@ std::vector<std::string> PassOptions::getList(llvm::StringRef name) const {
 
 namespace {
 
-/// Splits "a=1,b=[x,y] c=2" at commas or spaces outside brackets.
+/// Splits "a=1,b=[x,y] c=2 d='a b'" at commas or spaces outside brackets
+/// and quotes; quotes (' or ", as in MLIR's pass options) are removed, so a
+/// quoted value may hold separators, '=' or nothing at all.
 std::vector<std::string> splitOptions(llvm::StringRef text) {
   std::vector<std::string> out;
   std::string cur;
+  bool any = false; // cur holds an item, perhaps an empty quoted value
   int depth = 0;
+  char quote = 0;
   for (char c : text) {
+    if (quote) {
+      if (c == quote)
+        quote = 0;
+      else
+        cur += c;
+      continue;
+    }
+    if (c == '\'' || c == '"') {
+      quote = c;
+      any = true;
+      continue;
+    }
     if (c == '[')
       ++depth;
     if (c == ']')
       --depth;
     if ((c == ',' || c == ' ') && depth == 0) {
-      if (!cur.empty())
+      if (any || !cur.empty())
         out.push_back(cur);
       cur.clear();
+      any = false;
       continue;
     }
     cur += c;
   }
-  if (!cur.empty())
+  if (any || !cur.empty())
     out.push_back(cur);
   return out;
 }

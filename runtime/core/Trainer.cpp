@@ -221,8 +221,14 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   } else if (opts.backend != "cpu") {
     return fail("--backend must be cpu, cuda or auto, got '" + opts.backend + "'");
   }
-  if (!backend)
+  if (!backend) {
     backend = createCpuBackend({opts.threads});
+    if (!opts.quiet && (!opts.cuda.profilePath.empty() || opts.cuda.memoryLimit))
+      err << "amp-run: note: --profile and --memory-limit apply to the cuda backend; ignored on "
+             "the CPU\n";
+  }
+  if (opts.batchSize && opts.dataPath.empty())
+    return fail("--batch-size goes with --data (a --feed is one whole batch of the plan's size)");
 
   auto session = Session::open(opts.planPath, std::move(backend), error);
   if (!session)

@@ -338,6 +338,14 @@ struct ReduceArgs {
       return acc + p;
     }
   }
+  /// A group's maximum as LogSumExp's shift; none (0) when it is not finite,
+  /// as on the CPU: an all -inf group gives -inf (masked attention rows), one
+  /// holding +inf gives +inf, instead of inf - inf = NaN.
+  static AMPC_HD float shiftOf(const ReduceArgs &a, int64_t o) {
+    float m = a.shift[o];
+    return m - m == 0.0f ? m : 0.0f; // finite
+  }
+
   static AMPC_HD float finish(const ReduceArgs &a, float acc, int64_t o) {
     switch (a.op) {
     case ReduceOp::Mean:
@@ -347,7 +355,7 @@ struct ReduceArgs {
     case ReduceOp::LogSum:
       return std::log(acc);
     case ReduceOp::LogSumExp:
-      return a.shift[o] + std::log(acc);
+      return shiftOf(a, o) + std::log(acc);
     default:
       return acc;
     }
@@ -364,7 +372,7 @@ struct ReduceArgs {
     int64_t o = i / a.chunks, c = i - o * a.chunks;
     int64_t base = stridedOffset(a.keptRank, a.keptShape, a.keptStrides, o);
     int64_t begin = c * a.chunk, end = begin + a.chunk < a.count ? begin + a.chunk : a.count;
-    float shift = a.shift ? a.shift[o] : 0.0f;
+    float shift = a.shift ? shiftOf(a, o) : 0.0f;
     float acc = init(a.op);
     for (int64_t j = begin; j < end; ++j)
       acc = combine(a.op, acc,

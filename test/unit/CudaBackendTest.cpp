@@ -623,6 +623,21 @@ TEST(CudaEmulation, Reductions) {
   compareOp("ReduceLogSumExp-long", header() + R"(g (T[2,10000] a) => (T[2,1] y) {
       y = ReduceLogSumExp <axes = [1]> (a)
     })", {}, 1e-4);
+  // Groups that are all -inf (a fully masked attention row) or hold +inf:
+  // -inf and +inf, as on the CPU, not inf - inf = NaN.
+  Generator infinities = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    for (int64_t j = 0; j < 5; ++j)
+      v[j] = -std::numeric_limits<double>::infinity(); // row 0
+    v[7] = std::numeric_limits<double>::infinity();     // row 1
+    return Tensor::fromDoubles(t, v);
+  };
+  compareOp("ReduceLogSumExp-infinite", header() + R"(g (T[3,5] a) => (T[3] y) {
+      y = ReduceLogSumExp <axes = [1], keepdims = 0> (a)
+    })", {{"a", infinities}}, 1e-4);
 }
 
 TEST(CudaEmulation, SoftmaxAndNormalization) {

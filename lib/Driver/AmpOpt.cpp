@@ -147,7 +147,7 @@ std::string withForwardedOptions(llvm::StringRef pass, llvm::StringRef options) 
   std::string out = options.trim().str();
   // A bare value sets the pass's main option: spell it out before appending.
   if (info && !out.empty() && !llvm::StringRef(out).contains('=') && !info->mainOption.empty())
-    out = info->mainOption + "=" + out;
+    out = info->mainOption + "=" + quoteOptionValue(out);
   for (size_t i = 0; i < std::size(kForwardedFlags); ++i) {
     const ForwardedFlag &f = kForwardedFlags[i];
     const cl::opt<std::string> &opt = *forwardedOpts()[i];

@@ -50,9 +50,11 @@ std::vector<std::string> PassOptions::getList(llvm::StringRef name) const {
 namespace {
 
 /// Splits "a=1,b=[x,y] c=2 d='a b'" at commas or spaces outside brackets
-/// and quotes; quotes (' or ", as in MLIR's pass options) are removed, so a
-/// quoted value may hold separators, '=' or nothing at all.
-std::vector<std::string> splitOptions(llvm::StringRef text) {
+/// and quotes. A quote (' or ", as in MLIR's pass options) opens only where
+/// a value or an item starts, and is removed, so a quoted value may hold
+/// separators, '=' or nothing at all; elsewhere it is an ordinary character
+/// (a node named it's). `unterminated` reports a quote never closed.
+std::vector<std::string> splitOptions(llvm::StringRef text, bool &unterminated) {
   std::vector<std::string> out;
   std::string cur;
   bool any = false; // cur holds an item, perhaps an empty quoted value
@@ -66,7 +68,8 @@ std::vector<std::string> splitOptions(llvm::StringRef text) {
         cur += c;
       continue;
     }
-    if (c == '\'' || c == '"') {
+    bool valueStarts = depth == 0 && (cur.empty() || cur.back() == '=');
+    if ((c == '\'' || c == '"') && valueStarts) {
       quote = c;
       any = true;
       continue;
@@ -86,6 +89,7 @@ std::vector<std::string> splitOptions(llvm::StringRef text) {
   }
   if (any || !cur.empty())
     out.push_back(cur);
+  unterminated = quote != 0;
   return out;
 }
 
@@ -139,7 +143,10 @@ llvm::Expected<PassOptions> PassOptions::parse(llvm::StringRef passName,
   text = text.trim();
   if (text.empty())
     return opts;
-  std::vector<std::string> items = splitOptions(text);
+  bool unterminated = false;
+  std::vector<std::string> items = splitOptions(text, unterminated);
+  if (unterminated)
+    return makeError("pass '" + passName + "': a quote in its options is never closed: " + text);
   // "--autocast=fp16": a bare value sets the main option.
   if (!mainOption.empty() && !text.contains('=') ) {
     items = {mainOption.str() + "=" + text.str()};

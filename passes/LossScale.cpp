@@ -101,11 +101,13 @@ public:
       replaceOutput(g, go.grad, unscaled, "scaled");
       toCheck.push_back(unscaled);
     }
-    // One check of every unscaled gradient, as torch's
-    // _amp_foreach_non_finite_check_and_unscale_ does: a finite scaled
-    // gradient can still become inf or NaN when unscaled (a scale that has
-    // backed off so far that its inverse overflows), and such a step must be
-    // skipped too.
+    // One check of every unscaled gradient. PyTorch's
+    // _amp_foreach_non_finite_check_and_unscale_ checks the scaled values;
+    // ampc deliberately checks after unscaling, because a finite scaled
+    // gradient can still become inf or NaN when unscaled (a scale backed off
+    // below 1 until its inverse overflows), and such a step must be skipped,
+    // not applied. For a scale >= 1 both checks agree exactly (1/scale <= 1
+    // keeps finite values finite, and cannot be 0).
     Value *allFinite =
         b.node("AllFinite", toCheck, {TensorType(DType::Bool, {})}, {}, std::string(kAmpcDomain))
             ->output();

@@ -408,6 +408,17 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
     std::remove(tmp.c_str());
     return false;
   }
+  // The rename itself lives in the folder: sync it too, or a power loss can
+  // bring back the old file (or none) after a reported success.
+  if (durability == Durability::PowerLoss) {
+    size_t slash = target.find_last_of('/');
+    std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : target.substr(0, slash);
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+  }
   return true;
 }
 

@@ -256,26 +256,20 @@ llvm::Error checkKnownOps(const onnx::ModelProto &model) {
 /// inference sees them: a dimension of 0 made its data propagation crash
 /// (ONNX 1.12, on Shape of an empty tensor), and a huge one overflowed the
 /// sizes computed from it.
+llvm::Expected<TensorType> staticType(const onnx::TypeProto &type, const std::string &what);
+
 llvm::Error checkBoundSizes(const onnx::GraphProto &graph, const ImportOptions &opts) {
   for (const auto &in : graph.input()) {
     bool bound = opts.shapes.count(in.name()) > 0;
     const auto &dims = in.type().tensor_type().shape().dim();
-    int64_t elements = 1;
-    bool overflows = false;
-    Shape shape;
-    for (int d = 0; d < dims.size(); ++d) {
-      int64_t v = dims[d].dim_value();
-      shape.push_back(v);
-      bool given = bound || (d == 0 && opts.batch);
-      if (given && v <= 0)
+    for (int d = 0; d < dims.size(); ++d)
+      if ((bound || (d == 0 && opts.batch)) && dims[d].dim_value() <= 0)
         return formatError("input '{0}': dimension {1} is bound to {2}; it must be positive",
-                           in.name(), d, v);
-      overflows = overflows || (v > 0 && elements > kMaxElements / v);
-      elements = overflows ? elements : elements * std::max<int64_t>(v, 1);
-    }
-    if (overflows)
-      return makeError("input '" + in.name() + "' has shape " + shapeStr(shape) +
-                       ", more than 2^31 elements");
+                           in.name(), d, dims[d].dim_value());
+    // The element count, checked as the graph's types will be.
+    auto type = staticType(in.type(), "input '" + in.name() + "'");
+    if (!type)
+      return type.takeError();
   }
   return llvm::Error::success();
 }

@@ -108,37 +108,6 @@ struct FusedArgs {
 // layout changes) and Gather
 //===----------------------------------------------------------------------===//
 
-struct CopyArgs {
-  const void *src = nullptr;
-  void *dst = nullptr;
-  int elemBytes = 4, rank = 0;
-  int64_t shape[kMaxRank] = {}, srcStrides[kMaxRank] = {}, dstStrides[kMaxRank] = {};
-
-  static AMPC_HD void run(const CopyArgs &a, int64_t i) {
-    int64_t s = 0, d = 0;
-    for (int k = a.rank - 1; k >= 0; --k) {
-      int64_t q = i / a.shape[k], x = i - q * a.shape[k];
-      s += x * a.srcStrides[k];
-      d += x * a.dstStrides[k];
-      i = q;
-    }
-    switch (a.elemBytes) {
-    case 1:
-      static_cast<uint8_t *>(a.dst)[d] = static_cast<const uint8_t *>(a.src)[s];
-      return;
-    case 2:
-      static_cast<uint16_t *>(a.dst)[d] = static_cast<const uint16_t *>(a.src)[s];
-      return;
-    case 4:
-      static_cast<uint32_t *>(a.dst)[d] = static_cast<const uint32_t *>(a.src)[s];
-      return;
-    default:
-      static_cast<uint64_t *>(a.dst)[d] = static_cast<const uint64_t *>(a.src)[s];
-      return;
-    }
-  }
-};
-
 /// Copies element `src` of x to element `dst` of y (raw bytes of any
 /// element type), or writes zeros when the source index fell outside.
 AMPC_HD void copyElement(int elemBytes, const void *x, int64_t src, void *y, int64_t dst,
@@ -163,6 +132,24 @@ AMPC_HD int64_t loadIndex(uint8_t indexType, const void *indices, int64_t j) {
   return indexType == FusedElem::I64 ? static_cast<const int64_t *>(indices)[j]
                                      : static_cast<const int32_t *>(indices)[j];
 }
+
+struct CopyArgs {
+  const void *src = nullptr;
+  void *dst = nullptr;
+  int elemBytes = 4, rank = 0;
+  int64_t shape[kMaxRank] = {}, srcStrides[kMaxRank] = {}, dstStrides[kMaxRank] = {};
+
+  static AMPC_HD void run(const CopyArgs &a, int64_t i) {
+    int64_t s = 0, d = 0;
+    for (int k = a.rank - 1; k >= 0; --k) {
+      int64_t q = i / a.shape[k], x = i - q * a.shape[k];
+      s += x * a.srcStrides[k];
+      d += x * a.dstStrides[k];
+      i = q;
+    }
+    copyElement(a.elemBytes, a.src, s, a.dst, d, true);
+  }
+};
 
 /// dX of Gather (an Embedding's gradient), in up to three launches: the
 /// fp32 accumulator is zeroed (a memset); one thread per (outer slice,
@@ -819,6 +806,27 @@ struct Window {
     }
     return n;
   }
+  /// Calls f(offset) for every input position inside X that output
+  /// position (o0, o1, o2)'s window reads, taps in order, the offset within
+  /// one (n, c) plane (padding is skipped).
+  template <typename F>
+  AMPC_HD void forEachTap(int64_t o0, int64_t o1, int64_t o2, F &&f) const {
+    for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+      int64_t p0 = o0 * stride[0] - padBegin[0] + k0 * dil[0];
+      if (p0 < 0 || p0 >= in[0])
+        continue;
+      for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+        int64_t p1 = o1 * stride[1] - padBegin[1] + k1 * dil[1];
+        if (p1 < 0 || p1 >= in[1])
+          continue;
+        for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+          int64_t p2 = o2 * stride[2] - padBegin[2] + k2 * dil[2];
+          if (p2 >= 0 && p2 < in[2])
+            f((p0 * in[1] + p1) * in[2] + p2);
+        }
+      }
+    }
+  }
   /// The output position whose tap t reads input position p on axis d, or -1.
   AMPC_HD int64_t outputOf(int d, int64_t p, int64_t t) const {
     int64_t q = p + padBegin[d] - t * dil[d];
@@ -873,22 +881,8 @@ struct PoolArgs {
       int64_t o2 = o % w.out[2], o1 = (o / w.out[2]) % w.out[1], o0 = o / (w.out[2] * w.out[1]);
       const int64_t planeIn = p * a.inPix;
       float sum = 0;
-      for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
-        int64_t p0 = o0 * w.stride[0] - w.padBegin[0] + k0 * w.dil[0];
-        if (p0 < 0 || p0 >= w.in[0])
-          continue;
-        for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
-          int64_t p1 = o1 * w.stride[1] - w.padBegin[1] + k1 * w.dil[1];
-          if (p1 < 0 || p1 >= w.in[1])
-            continue;
-          for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
-            int64_t p2 = o2 * w.stride[2] - w.padBegin[2] + k2 * w.dil[2];
-            if (p2 < 0 || p2 >= w.in[2])
-              continue;
-            sum += loadAsFloat(a.xType, a.x, planeIn + (p0 * w.in[1] + p1) * w.in[2] + p2);
-          }
-        }
-      }
+      w.forEachTap(o0, o1, o2,
+                   [&](int64_t off) { sum += loadAsFloat(a.xType, a.x, planeIn + off); });
       bool pad = a.countPad;
       int64_t div = w.taps(0, o0, pad) * w.taps(1, o1, pad) * w.taps(2, o2, pad);
       storeFromFloat(a.yType, a.y, i, sum / static_cast<float>(div));
@@ -952,27 +946,13 @@ struct PoolArgs {
                                 int64_t o0, int64_t o1, int64_t o2, float &best) {
     best = -infinityF();
     int64_t bestOff = -1;
-    for (int64_t k0 = 0; k0 < w.k[0]; ++k0) {
-      int64_t p0 = o0 * w.stride[0] - w.padBegin[0] + k0 * w.dil[0];
-      if (p0 < 0 || p0 >= w.in[0])
-        continue;
-      for (int64_t k1 = 0; k1 < w.k[1]; ++k1) {
-        int64_t p1 = o1 * w.stride[1] - w.padBegin[1] + k1 * w.dil[1];
-        if (p1 < 0 || p1 >= w.in[1])
-          continue;
-        for (int64_t k2 = 0; k2 < w.k[2]; ++k2) {
-          int64_t p2 = o2 * w.stride[2] - w.padBegin[2] + k2 * w.dil[2];
-          if (p2 < 0 || p2 >= w.in[2])
-            continue;
-          int64_t off = (p0 * w.in[1] + p1) * w.in[2] + p2;
-          float v = loadAsFloat(type, x, planeIn + off);
-          if (v > best || bestOff < 0) {
-            best = v;
-            bestOff = off;
-          }
-        }
+    w.forEachTap(o0, o1, o2, [&](int64_t off) {
+      float v = loadAsFloat(type, x, planeIn + off);
+      if (v > best || bestOff < 0) {
+        best = v;
+        bestOff = off;
       }
-    }
+    });
     return bestOff;
   }
 
@@ -1017,17 +997,8 @@ struct ConvArgs {
       int64_t p2 = o2 * w.stride[2] - w.padBegin[2] + k2 * w.dil[2];
       bool inside = p0 >= 0 && p0 < w.in[0] && p1 >= 0 && p1 < w.in[1] && p2 >= 0 && p2 < w.in[2];
       int64_t src = ((a.n0 + nn) * a.C + g * a.Cg + cr) * inPix + (p0 * w.in[1] + p1) * w.in[2] + p2;
-      switch (a.elemBytes) {
-      case 2:
-        static_cast<uint16_t *>(a.dst)[i] = inside ? static_cast<const uint16_t *>(a.src)[src] : 0;
-        return;
-      case 8:
-        static_cast<uint64_t *>(a.dst)[i] = inside ? static_cast<const uint64_t *>(a.src)[src] : 0;
-        return;
-      default:
-        static_cast<uint32_t *>(a.dst)[i] = inside ? static_cast<const uint32_t *>(a.src)[src] : 0;
-        return;
-      }
+      copyElement(a.elemBytes, a.src, src, a.dst, i, inside);
+      return;
     }
     // Col2Im over the chunk's dX elements [nn][c][q].
     int64_t q = i % inPix, t = i / inPix;

@@ -373,6 +373,7 @@ public:
   bool lowerTile(std::string &error);
   bool sliceGeometry(const std::vector<int64_t> &shape, int64_t &offset,
                      std::vector<int64_t> &strides, std::string &error) const;
+  bool requireIndices(const Operand &ind, std::string &error) const;
   bool lowerGather(std::string &error);
   bool lowerGatherElements(std::string &error);
   bool lowerElementwise(FusedOp op, std::string &error);
@@ -958,16 +959,22 @@ bool StepLowering::lowerPad(std::string &error) {
   return true;
 }
 
+/// Gather, GatherElements and GatherGrad take int64 or int32 indices.
+bool StepLowering::requireIndices(const Operand &ind, std::string &error) const {
+  if (ind.type == FusedElem::I64 || ind.type == FusedElem::I32)
+    return true;
+  error = "indices must be int64 or int32";
+  return false;
+}
+
 bool StepLowering::lowerGather(std::string &error) {
   Operand x = input(0), ind = input(1), y = output(0);
   if (!x.present() || !ind.present() || !y.present() || x.type != y.type) {
     error = "Gather takes data and indices and a result of the data's type";
     return false;
   }
-  if (ind.type != FusedElem::I64 && ind.type != FusedElem::I32) {
-    error = "indices must be int64 or int32";
+  if (!requireIndices(ind, error))
     return false;
-  }
   int64_t axis = normalizeAxis(attrInt("axis", 0), x.rank());
   if (axis < 0) {
     error = "axis out of range";
@@ -998,10 +1005,8 @@ bool StepLowering::lowerGatherElements(std::string &error) {
             "indices";
     return false;
   }
-  if (ind.type != FusedElem::I64 && ind.type != FusedElem::I32) {
-    error = "indices must be int64 or int32";
+  if (!requireIndices(ind, error))
     return false;
-  }
   int64_t axis = normalizeAxis(attrInt("axis", 0), x.rank());
   if (axis < 0 || x.rank() > kMaxRank) {
     error = "axis out of range or rank above " + std::to_string(kMaxRank);
@@ -1038,10 +1043,8 @@ bool StepLowering::lowerGatherGrad(std::string &error) {
   }
   if (!requireFloat({0}, {0}, error))
     return false;
-  if (ind.type != FusedElem::I64 && ind.type != FusedElem::I32) {
-    error = "indices must be int64 or int32";
+  if (!requireIndices(ind, error))
     return false;
-  }
   int64_t axis = normalizeAxis(attrInt("axis", 0), dx.rank());
   if (axis < 0) {
     error = "axis out of range";

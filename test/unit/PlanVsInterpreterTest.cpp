@@ -35,16 +35,20 @@ struct Case {
   const char *precision;
 };
 
+/// "v0, v1, ..." for initializer text: scale * f(freq * i + phase), smooth
+/// and deterministic values for the model weights below.
+std::string waveValues(int n, double scale, double (*f)(double), double freq, double phase) {
+  std::string s;
+  for (int i = 0; i < n; ++i)
+    s += (i ? ", " : "") + std::to_string(scale * f(freq * i + phase));
+  return s;
+}
+
 /// Every activation whose gradient rule composes elementwise ops (Clip,
 /// PRelu, Max, Min, Elu, Selu, HardSigmoid, HardSwish, Softplus, Softsign, Sin, Cos)
 /// between two MatMuls, with an MSE loss.
 std::string zooModel() {
-  auto values = [](int n, double scale) {
-    std::string s;
-    for (int i = 0; i < n; ++i)
-      s += (i ? ", " : "") + std::to_string(scale * std::sin(1.7 * i + 0.3));
-    return s;
-  };
+  auto values = [](int n, double scale) { return waveValues(n, scale, std::sin, 1.7, 0.3); };
   return "<ir_version: 8, opset_import: [\"\" : 17]>\n"
          "zoo (float[4,8] input, float[4,8] target) => (float loss)\n"
          "<float[8,8] w1 = {" + values(64, 0.6) + "}, float[8] slope = {" + values(8, 0.2) +
@@ -74,12 +78,7 @@ std::string zooModel() {
 /// Pad, Tile and every reduction whose gradient reads its result, between
 /// two MatMuls.
 std::string reductionsModel() {
-  auto values = [](int n, double scale) {
-    std::string s;
-    for (int i = 0; i < n; ++i)
-      s += (i ? ", " : "") + std::to_string(scale * std::cos(1.3 * i + 0.2));
-    return s;
-  };
+  auto values = [](int n, double scale) { return waveValues(n, scale, std::cos, 1.3, 0.2); };
   return "<ir_version: 8, opset_import: [\"\" : 17]>\n"
          "reductions (float[4,8] input, float[4,8] target) => (float loss)\n"
          "<float[8,8] w1 = {" + values(64, 0.5) + "}, float[8,8] w2 = {" + values(64, 0.3) +
@@ -108,12 +107,7 @@ std::string reductionsModel() {
 /// decompose pass rewrites the normalization, the upsampling and the
 /// transposed convolution.
 std::string decoderModel() {
-  auto values = [](int n, double scale) {
-    std::string s;
-    for (int i = 0; i < n; ++i)
-      s += (i ? ", " : "") + std::to_string(scale * std::sin(0.7 * i + 0.1));
-    return s;
-  };
+  auto values = [](int n, double scale) { return waveValues(n, scale, std::sin, 0.7, 0.1); };
   return "<ir_version: 8, opset_import: [\"\" : 17]>\n"
          "decoder (float[2,3,4,4] input, float[2,2,16,16] target) => (float loss)\n"
          "<float[4,3,3,3] w1 = {" + values(108, 0.4) + "}, float[4] s = {" + values(4, 1.0) +

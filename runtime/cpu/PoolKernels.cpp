@@ -79,25 +79,31 @@ struct PoolGeometry {
   /// `v > best` never holds for it), or -1 for an empty window. MaxPool and
   /// MaxPoolGrad both choose through this, so they agree on ties.
   int64_t argmax(const float *x, int64_t a, int64_t b, int64_t c, float &best) const {
-    const AxisTable &A = axis[0], &B = axis[1], &C = axis[2];
     best = -std::numeric_limits<float>::infinity();
     int64_t bestOff = -1;
+    forEachTap(a, b, c, [&](int64_t off) {
+      float v = x[off];
+      if (v > best || bestOff < 0) {
+        best = v;
+        bestOff = off;
+      }
+    });
+    return bestOff;
+  }
+
+  /// Calls fn(offset in a plane) for every input position inside x that
+  /// output position (a, b, c)'s window reads, in window order.
+  template <typename Fn> void forEachTap(int64_t a, int64_t b, int64_t c, Fn &&fn) const {
+    const AxisTable &A = axis[0], &B = axis[1], &C = axis[2];
+    const int64_t *pc = C.pos.data() + C.begin[c];
     for (int64_t i = 0; i < A.count[a]; ++i) {
       int64_t pa = A.pos[A.begin[a] + i];
       for (int64_t j = 0; j < B.count[b]; ++j) {
-        int64_t pb = B.pos[B.begin[b] + j];
-        const float *row = x + (pa * B.in + pb) * C.in;
-        const int64_t *pc = C.pos.data() + C.begin[c];
-        for (int64_t k = 0; k < C.count[c]; ++k) {
-          float v = row[pc[k]];
-          if (v > best || bestOff < 0) {
-            best = v;
-            bestOff = (pa * B.in + pb) * C.in + pc[k];
-          }
-        }
+        int64_t row = (pa * B.in + B.pos[B.begin[b] + j]) * C.in;
+        for (int64_t k = 0; k < C.count[c]; ++k)
+          fn(row + pc[k]);
       }
     }
-    return bestOff;
   }
 
   /// Calls fn(outIndex, (od, oh, ow)) for every output position.
@@ -172,16 +178,7 @@ private:
           ind[o] = bestOff < 0 ? -1 : p * g_.inPix + flatIndex(bestOff);
       } else {
         float sum = 0;
-        for (int64_t i = 0; i < A.count[a]; ++i) {
-          int64_t pa = A.pos[A.begin[a] + i];
-          for (int64_t j = 0; j < B.count[b]; ++j) {
-            int64_t pb = B.pos[B.begin[b] + j];
-            const float *row = x + (pa * B.in + pb) * C.in;
-            const int64_t *pc = C.pos.data() + C.begin[c];
-            for (int64_t k = 0; k < C.count[c]; ++k)
-              sum += row[pc[k]];
-          }
-        }
+        g_.forEachTap(a, b, c, [&](int64_t off) { sum += x[off]; });
         int64_t div = countPad_ ? A.padded[a] * B.padded[b] * C.padded[c]
                                 : A.inside[a] * B.inside[b] * C.inside[c];
         y[o] = sum / static_cast<float>(div);

@@ -507,12 +507,10 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     std::string domain = isDefaultDomain(np.domain()) ? "" : np.domain();
     Node *n = g->createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name(), domain,
                             outNames);
-    if (auto err = checkGemmShapes(*n))
-      return withContext(std::move(err), nodeLabel(np));
-    if (auto err = checkLossReduction(*n))
-      return withContext(std::move(err), nodeLabel(np));
-    if (auto err = checkGatherElementsShapes(*n))
-      return withContext(std::move(err), nodeLabel(np));
+    // What ONNX 1.12's checker and inference leave unchecked.
+    for (auto check : {checkGemmShapes, checkLossReduction, checkGatherElementsShapes})
+      if (auto err = check(*n))
+        return withContext(std::move(err), nodeLabel(np));
     for (unsigned i = 0; i < n->numOutputs(); ++i)
       if (Value *v = n->output(i))
         values[np.output(i)] = v;

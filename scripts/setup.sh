@@ -8,6 +8,9 @@ packages=(
   libonnx-dev libprotobuf-dev protobuf-compiler
   llvm-14-dev llvm-14-tools
   libgtest-dev libbenchmark-dev libdnnl-dev
+  # oneDNN's CMake config (dnnl-config.cmake) calls find_package(OpenCL): Debian builds it
+  # with the OpenCL GPU runtime, and --no-install-recommends would skip this.
+  ocl-icd-opencl-dev
   libonnx-testdata
   python3 python3-numpy python3-onnx zlib1g-dev libtinfo-dev
   libmimalloc-dev

@@ -38,7 +38,7 @@ public:
       return makeError("the graph already accumulates gradients (accumulate ran before)");
     std::vector<GradientOutput> grads = findGradients(g);
     if (grads.empty())
-      return makeError("no gradient outputs (<param>_grad): run autodiff first");
+      return makeError("no gradient outputs (<param>_grad): run autodiff first, or use amp-opt --train, which builds the whole training step");
     Builder b(g, "accumulate/");
     Value *counter = addState(g, "accumulate.counter", Tensor::scalar(DType::F32, 0));
     Value *zero = b.constant(DType::F32, 0);

@@ -863,7 +863,14 @@ private:
     AutocastOptions o;
     std::vector<std::string> remarks;
     o.lowType = opts_.getString("dtype") == "bf16" ? DType::BF16 : DType::F16;
-    o.bf16BeyondSchema = opts_.getBool("bf16-conv");
+    bool bf16 = opts_.getString("dtype") == "bf16";
+    // Asked for with fp16, bf16-conv is refused rather than ignored.
+    bool explicitConv = opts_.has("bf16-conv");
+    if (!bf16 && explicitConv && opts_.getBool("bf16-conv"))
+      return makeError("autocast: bf16-conv applies to bf16 only (the low-precision type is " +
+                       opts_.getString("dtype") + ")");
+    bool conv = explicitConv ? opts_.getBool("bf16-conv") : true; // on unless turned off
+    o.bf16BeyondSchema = bf16 && conv && !opts_.getBool("onnx17-types");
     std::string path = opts_.getString("policy");
     if (!path.empty())
       if (auto err = o.policy.applyFile(path))
@@ -963,8 +970,12 @@ void registerAutocastPass() {
         {"fp32-nodes", OptionType::List, "Nodes (by name) to keep in fp32", "", {}},
         {"lowp-nodes", OptionType::List, "Nodes (by name) to run in low precision", "", {}},
         {"bf16-conv", OptionType::Bool,
-         "bf16: also run Conv and pooling in bf16, beyond their opset-17 schemas (the rewritten "
-         "graph is no longer checker-valid ONNX)",
+         "bf16: run Conv and pooling in bf16 too, beyond their opset-17 schemas, as PyTorch's "
+         "autocast does (the rewritten graph is no longer checker-valid opset-17 ONNX; default "
+         "on)",
+         "", {}},
+        {"onnx17-types", OptionType::Bool,
+         "Keep every op in a type its opset-17 schema allows (bf16: Conv and pooling stay fp32)",
          "false", {}}},
        "dtype",
        [](const PassOptions &opts) { return std::make_unique<AutocastPass>(opts); }});

@@ -333,6 +333,9 @@ public:
 private:
   void markUseful();
   llvm::Error selectParameters();
+  void warnAboutBufferLikeParameters();
+  /// The parameters came from the model's kTrainableParametersKey list.
+  bool fromModel_ = false;
   void markVaried();
   llvm::Error checkActiveNodes();
   llvm::Error buildBackward();
@@ -413,15 +416,78 @@ llvm::Error Differentiator::selectParameters() {
       return v.takeError();
     requested.insert(*v);
   }
+  // A model from ampc.export names the parameters torch trains; names the
+  // graph no longer has (parameters the loss does not use) are skipped.
+  auto listed = g_.metadata.find(kTrainableParametersKey);
+  fromModel_ = all && listed != g_.metadata.end();
+  if (fromModel_) {
+    llvm::SmallVector<llvm::StringRef> names;
+    llvm::StringRef(listed->second).split(names, ',', -1, /*KeepEmpty=*/false);
+    for (llvm::StringRef name : names)
+      if (Value *v = g_.findValue(name.str()); v && v->isParameter())
+        requested.insert(v);
+  }
   for (Value *v : g_.initializers()) {
     if (!v->isParameter() || runningStats.count(v) || frozen.count(v))
       continue;
-    if (all ? useful_.count(v) : requested.count(v))
+    if (fromModel_ ? requested.count(v) && useful_.count(v)
+                   : all ? useful_.count(v) : requested.count(v))
       params_.push_back(v);
   }
   if (params_.empty())
     return makeError("loss '" + loss_->name() + "' depends on no trainable parameter");
+  if (all && !fromModel_)
+    warnAboutBufferLikeParameters();
   return llvm::Error::success();
+}
+
+/// Names of tensors that are no parameters: constants torch.export lifts
+/// (_tensor_constant0) and common buffer names (masks, rotary and positional
+/// tables). Exporter names such as val_12 or onnx::MatMul_42 are not enough:
+/// constant folding gives them to transposed parameters too.
+static bool bufferLikeName(llvm::StringRef name) {
+  std::string lower = name.lower();
+  llvm::StringRef n(lower);
+  if (n.startswith("_tensor_constant"))
+    return true;
+  for (const char *word : {"mask", "buffer", "inv_freq", "cos_cached", "sin_cached", "rope",
+                           "rotary", "pos_enc", "positional_encoding", "causal", "bias_mask"})
+    if (n.contains(word))
+      return true;
+  return false;
+}
+
+/// Trained tensors that look like buffers or exporter constants: scalars,
+/// buffer-like names, and 0/1 tables (masks). Without ampc.export's list,
+/// ampc trains every float initializer the loss depends on, which torch
+/// does not; say which ones, and how to leave them out.
+void Differentiator::warnAboutBufferLikeParameters() {
+  if (!ctx_)
+    return;
+  std::vector<std::string> suspects;
+  for (const Value *v : params_) {
+    bool scalar = v->type().numElements() <= 1;
+    bool mask = false;
+    // A table of zeros and ones (or -inf), both present: a mask. Rank 2 at
+    // least, so that fresh LayerNorm weights (all ones) are not taken for one.
+    if (const Tensor *t = v->data(); t && v->type().shape.size() >= 2) {
+      std::vector<double> values = t->toDoubles();
+      bool zero = std::count(values.begin(), values.end(), 0.0) > 0;
+      bool other = std::any_of(values.begin(), values.end(), [](double x) { return x != 0.0; });
+      mask = zero && other && std::all_of(values.begin(), values.end(), [](double x) {
+        return x == 0.0 || x == 1.0 || std::isinf(x);
+      });
+    }
+    if (scalar || mask || bufferLikeName(v->name()))
+      suspects.push_back(v->name());
+  }
+  if (suspects.empty())
+    return;
+  ctx_->warnings.push_back(
+      "autodiff: " + std::to_string(suspects.size()) +
+      " trained initializers look like buffers or exporter constants, which torch does not "
+      "train: " + llvm::join(suspects, ", ") + " (leave them out with --freeze=" +
+      llvm::join(suspects, ",") + ", or export with ampc.export, which lists the parameters)");
 }
 
 /// Varied values: those that depend on a parameter through differentiable operands.
@@ -592,6 +658,10 @@ llvm::Expected<AutodiffResult> Differentiator::run() {
   markUseful();
   if (auto err = selectParameters())
     return err;
+  bool all = opts_.params.empty() || (opts_.params.size() == 1 && opts_.params[0] == "all");
+  result_.parameterSource = fromModel_ ? "the model's " + std::string(kTrainableParametersKey)
+                            : all      ? std::string("every float initializer the loss uses")
+                                       : std::string("--params");
   markVaried();
   if (auto err = checkActiveNodes())
     return err;
@@ -629,8 +699,17 @@ public:
                        " (seed input '" + result->seed->name() + "', default 1.0)\n" +
                        "backward nodes: " + std::to_string(g.numNodes() - nodesBefore) + "\n" +
                        "gradients: " + std::to_string(result->gradients.size()) + "\n";
-    for (const auto &[param, grad] : result->gradients)
+    PassContext::Trained trained;
+    for (const auto &[param, grad] : result->gradients) {
       text += "  " + grad->name() + " " + grad->type().str() + "\n";
+      ++trained.tensors;
+      trained.elements += param->type().numElements();
+    }
+    // As sum(p.numel() for p in model.parameters() if p.requires_grad).
+    text += "trained parameters: " + std::to_string(trained.tensors) + " tensors, " +
+            std::to_string(trained.elements) + " elements (" +
+            result->parameterSource + ")\n";
+    ctx.trained = trained;
     ctx.addReport("autodiff", std::move(text));
     return llvm::Error::success();
   }

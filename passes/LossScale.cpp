@@ -52,7 +52,7 @@ public:
   llvm::Error run(Graph &g, PassContext &ctx) override {
     std::vector<GradientOutput> grads = findGradients(g);
     if (grads.empty())
-      return makeError("no gradient outputs (<param>_grad): run autodiff first");
+      return makeError("no gradient outputs (<param>_grad): run autodiff first, or use amp-opt --train, which builds the whole training step");
     std::string mode = c_.mode;
     if (mode == "auto")
       mode = usesFloat16(g) ? "dynamic" : "none";
@@ -72,7 +72,7 @@ public:
                        "0 < backoff <= 1 and growth-interval >= 1");
     Value *seed = findSeed(g);
     if (!seed)
-      return makeError("no backward seed input (<loss>_grad): run autodiff first");
+      return makeError("no backward seed input (<loss>_grad): run autodiff first, or use amp-opt --train, which builds the whole training step");
     std::string lossName = seed->name().substr(0, seed->name().size() - 5);
 
     bool dynamic = mode == "dynamic";

@@ -49,7 +49,7 @@ public:
       return makeError("the graph already updates its parameters (optimizer ran before)");
     std::vector<GradientOutput> grads = findGradients(g);
     if (grads.empty())
-      return makeError("no gradient outputs (<param>_grad): run autodiff first");
+      return makeError("no gradient outputs (<param>_grad): run autodiff first, or use amp-opt --train, which builds the whole training step");
     Builder b(g, "optimizer/");
     Value *found = g.findValue(kFoundInfName);
     Value *lr = g.findValue("lr");

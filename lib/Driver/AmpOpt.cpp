@@ -102,8 +102,11 @@ const ForwardedFlag kForwardedFlags[] = {
     {"fp32-nodes", "autocast", "fp32-nodes", "Nodes (by name) autocast keeps in fp32"},
     {"lowp-nodes", "autocast", "lowp-nodes", "Nodes (by name) autocast runs in low precision"},
     {"bf16-conv", "autocast", "bf16-conv",
-     "With bf16: run Conv and pooling in bf16 too (beyond ONNX opset 17's schemas, as "
-     "PyTorch's CPU autocast does)"},
+     "With bf16: run Conv and pooling in bf16 too (the default, as PyTorch's autocast does; "
+     "beyond ONNX opset 17's schemas)"},
+    {"onnx17-types", "autocast", "onnx17-types",
+     "Keep every op in a type its opset-17 schema allows (with bf16, Conv and pooling stay "
+     "fp32), so that --emit=onnx writes checker-valid ONNX"},
     {"loss", "autodiff", "loss", "The loss to differentiate (a scalar float graph output)"},
     {"params", "autodiff", "params", "Parameters to train: all, or n1,n2,..."},
     {"freeze", "autodiff", "freeze", "Parameters not to train: n1,n2,..."},
@@ -415,6 +418,15 @@ llvm::Error writeResult(const Graph &g, const std::string &text) {
   return writeFileAtomically(outputFile, text);
 }
 
+/// Bytes the training step keeps from step to step: parameters, optimizer
+/// moments, low-precision copies, BatchNorm statistics, counters.
+int64_t stateBytes(const Graph &g) {
+  int64_t bytes = 0;
+  for (const StateBinding &b : g.stateBindings)
+    bytes += b.state->type().byteSize();
+  return bytes;
+}
+
 /// Verifies (with --verify-each), runs the passes and renders the result.
 llvm::Expected<std::string> process(Graph &g, PassManager &pm, const std::string &name) {
   if (verifyEach)
@@ -432,6 +444,12 @@ llvm::Expected<std::string> process(Graph &g, PassManager &pm, const std::string
     return withContext(std::move(err), name);
   for (const std::string &remark : ctx.remarks)
     llvm::WithColor::remark(llvm::errs(), "amp-opt") << remark << "\n";
+  for (const std::string &warning : ctx.warnings)
+    llvm::WithColor::warning(llvm::errs(), "amp-opt") << warning << "\n";
+  if (train && ctx.trained)
+    llvm::errs() << "amp-opt: training " << ctx.trained->tensors << " tensors, "
+                 << ctx.trained->elements << " parameters, " << stateBytes(g)
+                 << " bytes of state\n";
   if (emitsPlan()) {
     auto text = emitPlan(g, imported);
     return text ? std::move(text) : withContext(text.takeError(), name);
@@ -493,6 +511,13 @@ int ampOptMain(int argc, char **argv) {
     pm.printAfterAll = &llvm::errs();
   if (auto err = buildPipeline(pm, passFlags))
     return fail(std::move(err));
+  // Lowering takes a canonical graph (Constant nodes folded into constants,
+  // no dead nodes): a plan of a pipeline that did not end in canonicalize,
+  // such as --precision=bf16 --emit=plan, gets it. --train ends in remat,
+  // which canonicalize's CSE would undo, after a canonicalize of its own.
+  if (emitsPlan() && !train)
+    if (auto err = pm.addPass("canonicalize", ""))
+      return fail(std::move(err));
   if (auto err = checkForwardedFlagsUsed(pm))
     return fail(std::move(err));
 

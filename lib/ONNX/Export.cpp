@@ -127,7 +127,13 @@ llvm::Error checkModelProto(onnx::ModelProto &model) {
     onnx::ShapeInferenceOptions options(true, 1, true);
     onnx::shape_inference::InferShapes(copy, onnx::OpSchemaRegistry::Instance(), options);
   } catch (const std::exception &e) {
-    return makeError("strict shape inference rejects the model: " + oneLine(e.what()));
+    std::string why = oneLine(e.what());
+    // bf16 Conv and pooling (autocast's default) are beyond opset 17.
+    std::string hint = why.find("tensor(bfloat16)") != std::string::npos
+                           ? " (bf16 convolutions and pooling are beyond opset 17: compile with "
+                             "--onnx17-types to keep them fp32)"
+                           : "";
+    return makeError("strict shape inference rejects the model: " + why + hint);
   }
   return llvm::Error::success();
 }

@@ -2,6 +2,7 @@
 
 #include "ampc/ONNX/Import.h"
 
+#include "ampc/ONNX/OpsetAdapter.h"
 #include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/ONNX/Schemas.h"
 #include "ampc/ONNX/TextFormat.h"
@@ -17,7 +18,9 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
@@ -73,9 +76,20 @@ llvm::Error checkOpsets(onnx::ModelProto &model) {
   }
   if (opset < 0)
     return makeError("the model has no opset_import for the default ONNX domain");
+  if (opset > kMaxAdaptedOpset)
+    return formatError("opset {0} is not supported (ampc reads opsets {1} to {2})", opset,
+                       kMinOpset, kMaxAdaptedOpset);
+  if (model.ir_version() > kMaxIrVersion)
+    return formatError("IR version {0} is not supported (ampc reads IR versions up to {1})",
+                       model.ir_version(), kMaxIrVersion);
   if (opset > kMaxOpset)
-    return formatError("opset {0} is not supported (ampc supports opsets {1} to {2})", opset,
-                       kMinOpset, kMaxOpset);
+    if (auto err = adaptToOpset17(model, opset))
+      return err;
+  // IR versions 9 and 10 added float8 and int4 types and function overloads,
+  // none of which ampc takes (its type checks name them); the rest is IR 8,
+  // the newest ONNX 1.12's checker reads.
+  if (model.ir_version() > kCheckerIrVersion)
+    model.set_ir_version(kCheckerIrVersion);
   if (opset >= kMinOpset)
     return llvm::Error::success();
   // Older models are upgraded with ONNX's version converter when it can.
@@ -440,6 +454,27 @@ llvm::Error checkLossReduction(const Node &n) {
   return makeError("reduction '" + reduction + "' is none of 'none', 'sum' and 'mean'");
 }
 
+/// Float initializers that feed only operands no gradient flows through
+/// (Resize's roi and scales, Dropout's ratio, Pad's value) are constants:
+/// PyTorch writes them as Python numbers, and exporters that fold constants
+/// turn them into initializers, which would otherwise count as parameters.
+void markOperandConstants(Graph &g) {
+  static const std::map<std::string, std::vector<unsigned>> operands = {
+      {"Resize", {1, 2}}, {"Dropout", {1}}, {"Pad", {2}}};
+  for (Value *v : g.initializers()) {
+    if (!v->isParameter() || !v->hasUses())
+      continue;
+    bool onlyOperands = true;
+    for (const Use &u : v->uses()) {
+      auto it = u.user->domain().empty() ? operands.find(u.user->opType()) : operands.end();
+      onlyOperands = onlyOperands && it != operands.end() &&
+                     std::count(it->second.begin(), it->second.end(), u.operand) > 0;
+    }
+    if (onlyOperands)
+      v->setConstant(true);
+  }
+}
+
 llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
                                                   const std::string &baseDir) {
   const auto &gp = model.graph();
@@ -505,7 +540,15 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
         return withContext(std::move(err), nodeLabel(np) + ": attribute '" + ap.name() + "'");
     }
     std::string domain = isDefaultDomain(np.domain()) ? "" : np.domain();
-    Node *n = g->createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name(), domain,
+    std::string opType = np.op_type();
+    // CastLike (PyTorch's dynamo exports carry it) is a Cast to the type of
+    // its second operand, which is static here: one op, one gradient rule.
+    if (domain.empty() && opType == "CastLike" && inputs.size() == 2 && inputs[1]) {
+      attrs = {{"to", Attribute::ofInt(dtypeToOnnx(inputs[1]->dtype()))}};
+      inputs.pop_back();
+      opType = "Cast";
+    }
+    Node *n = g->createNode(opType, inputs, outTypes, std::move(attrs), np.name(), domain,
                             outNames);
     // What ONNX 1.12's checker and inference leave unchecked.
     for (auto check : {checkGemmShapes, checkLossReduction, checkGatherElementsShapes})
@@ -537,6 +580,7 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     }
   if (std::string err = absorbIRFacts(*g); !err.empty())
     return makeError(err);
+  markOperandConstants(*g);
   return g;
 }
 

@@ -162,7 +162,11 @@ bool Session::feed(int program, const std::string &name, const HostArray &a,
     fed_[program][name] = true;
     return true;
   }
-  error = what + ": the plan has no input '" + name + "'";
+  std::string inputs;
+  for (const plan::Binding &b : plan_.programs(program).inputs())
+    inputs += (inputs.empty() ? "'" : ", '") + b.name() + "'";
+  error = what + ": the plan has no input '" + name + "' (its inputs: " +
+          (inputs.empty() ? std::string("none") : inputs) + ")";
   return false;
 }
 

@@ -345,6 +345,9 @@ inline constexpr const char *kUpdateBindingKey = "ampc.update_binding";
 /// Graph inputs with defaults: ONNX writes them as initializers that are also
 /// inputs, which torch uses for parameters; this key tells ampc's own apart.
 inline constexpr const char *kInputDefaultsKey = "ampc.input_defaults";
+/// The parameters PyTorch trains (requires_grad), comma separated, as
+/// ampc.export (python/ampc) writes them: autodiff trains exactly these.
+inline constexpr const char *kTrainableParametersKey = "ampc.trainable_parameters";
 
 /// Training-step facts for the runtime: metadata "ampc.info.<key>" becomes the
 /// plan's info[<key>] (output names, optimizer, loss scaling...).

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,16 @@ public:
 
   /// Remarks printed to stderr (one line each) when not empty.
   std::vector<std::string> remarks;
+  /// Warnings printed to stderr (one line each): something the user most
+  /// likely did not mean, which the pass did anyway.
+  std::vector<std::string> warnings;
+
+  /// What autodiff chose to train (for the driver's summary line).
+  struct Trained {
+    size_t tensors = 0;
+    int64_t elements = 0;
+  };
+  std::optional<Trained> trained;
 
 private:
   std::vector<std::pair<std::string, std::string>> reports_;

@@ -47,6 +47,8 @@ struct AutodiffResult {
   /// (parameter, its gradient) in the order of the graph's initializers; each
   /// gradient is a graph output named `<parameter>_grad`.
   std::vector<std::pair<Value *, Value *>> gradients;
+  /// Where the list of parameters came from, for the report.
+  std::string parameterSource;
 };
 
 /// Appends the backward graph. Remarks (parameters the loss ignores) go to ctx.

@@ -468,15 +468,14 @@ void Differentiator::warnAboutBufferLikeParameters() {
   for (const Value *v : params_) {
     bool scalar = v->type().numElements() <= 1;
     bool mask = false;
-    // A table of zeros and ones (or -inf), both present: a mask. Rank 2 at
-    // least, so that fresh LayerNorm weights (all ones) are not taken for one.
+    // A table of zeros and one other value (1, -inf, -1e4...): a mask.
+    // Rank 2 at least, so that fresh LayerNorm weights are not taken for one.
     if (const Tensor *t = v->data(); t && v->type().shape.size() >= 2) {
       std::vector<double> values = t->toDoubles();
-      bool zero = std::count(values.begin(), values.end(), 0.0) > 0;
-      bool other = std::any_of(values.begin(), values.end(), [](double x) { return x != 0.0; });
-      mask = zero && other && std::all_of(values.begin(), values.end(), [](double x) {
-        return x == 0.0 || x == 1.0 || std::isinf(x);
-      });
+      std::set<double> distinct;
+      for (size_t i = 0; i < values.size() && distinct.size() <= 2; ++i)
+        distinct.insert(values[i]);
+      mask = distinct.size() == 2 && distinct.count(0.0);
     }
     if (scalar || mask || bufferLikeName(v->name()))
       suspects.push_back(v->name());
@@ -485,8 +484,9 @@ void Differentiator::warnAboutBufferLikeParameters() {
     return;
   ctx_->warnings.push_back(
       "autodiff: " + std::to_string(suspects.size()) +
-      " trained initializers look like buffers or exporter constants, which torch does not "
-      "train: " + llvm::join(suspects, ", ") + " (leave them out with --freeze=" +
+      (suspects.size() == 1 ? " trained initializer looks like a buffer or an exporter constant, "
+                              : " trained initializers look like buffers or exporter constants, ") +
+      "which torch does not train: " + llvm::join(suspects, ", ") + " (leave them out with --freeze=" +
       llvm::join(suspects, ",") + ", or export with ampc.export, which lists the parameters)");
 }
 

@@ -104,7 +104,7 @@ const onnx::TensorProto *AdapterContext::constant(const std::string &name) const
 namespace {
 
 bool tensorInts(const onnx::TensorProto &t, std::vector<int64_t> &values) {
-  if (t.data_type() != onnx::TensorProto::INT64 || t.dims_size() > 1)
+  if (t.data_type() != onnx::TensorProto::INT64)
     return false;
   values.clear();
   if (t.has_raw_data()) {
@@ -116,7 +116,9 @@ bool tensorInts(const onnx::TensorProto &t, std::vector<int64_t> &values) {
   } else {
     values.assign(t.int64_data().begin(), t.int64_data().end());
   }
-  int64_t expected = t.dims_size() ? t.dims(0) : 1;
+  int64_t expected = 1;
+  for (int64_t d : t.dims())
+    expected *= d;
   return static_cast<int64_t>(values.size()) == expected;
 }
 

@@ -57,6 +57,7 @@ def export(model, args, path, input_names=None, output_names=("loss",), opset_ve
     Returns the list of trained parameter names written into the model.
     """
     import onnx
+    import onnx.numpy_helper
     import torch
 
     if not isinstance(args, tuple):
@@ -64,6 +65,9 @@ def export(model, args, path, input_names=None, output_names=("loss",), opset_ve
     input_names = list(input_names or _input_names(model, args))
     output_names = list(output_names)
     dynamic_axes = {name: {0: "batch"} for name in input_names} if dynamic_batch else None
+    # Tracing runs forward in training mode, which moves BatchNorm's running
+    # statistics: the model and the file keep the values from before.
+    state = {k: v.detach().clone() for k, v in model.state_dict(keep_vars=True).items()}
     was_training = model.training
     model.train()
     try:
@@ -77,6 +81,9 @@ def export(model, args, path, input_names=None, output_names=("loss",), opset_ve
                               dynamic_axes=dynamic_axes)
     finally:
         model.train(was_training)
+        with torch.no_grad():
+            for key, value in model.state_dict(keep_vars=True).items():
+                value.copy_(state[key])
 
     proto = onnx.load(path)
     initializers = {t.name for t in proto.graph.initializer}
@@ -91,6 +98,10 @@ def export(model, args, path, input_names=None, output_names=("loss",), opset_ve
     if renamed:
         raise RuntimeError("ampc.export: parameters %s were renamed by the exporter" % renamed)
     listed = [name for name in trained if name in initializers]
+    for tensor in proto.graph.initializer:
+        if tensor.name in state:
+            value = state[tensor.name].cpu().numpy()
+            tensor.CopyFrom(onnx.numpy_helper.from_array(value, tensor.name))
     for prop in list(proto.metadata_props):
         if prop.key == TRAINABLE_KEY:
             proto.metadata_props.remove(prop)

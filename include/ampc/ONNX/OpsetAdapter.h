@@ -42,7 +42,7 @@ public:
   /// The value of an initializer or a Constant node's output; nullptr if
   /// `name` is neither.
   const onnx::TensorProto *constant(const std::string &name) const;
-  /// The values of a constant int64 list of rank 0 or 1 (also one that
+  /// The values of a small constant int64 tensor, flattened (also one that
   /// views or joins such constants); false when `name` is not one.
   bool constantInts(const std::string &name, std::vector<int64_t> &values, int depth = 0) const;
   /// The rank the model declares for `name` (inputs, value_info,

@@ -7,7 +7,8 @@ both exporters (each at its default opset), compiles every export with
 `amp-opt --train --optimizer=adamw` in fp32, bf16 and fp16, trains STEPS steps on
 one fixed batch with amp-run, and checks that the loss falls. Through ampc.export
 it also compares the fp32 loss trajectory with torch's (same weights, batch and
-AdamW). Prints one table; exits 1 if any cell failed.
+AdamW): within 1e-4 relative, or twice torch's own fp32-vs-fp64 difference where
+that is larger. Prints one table; exits 1 if any cell failed.
 
 Run with scripts/torch2-acceptance.sh (it makes the venv with torch and torchvision).
 Dropout is set to 0 (MobileNetV2's classifier): the two sides draw different masks.
@@ -65,8 +66,9 @@ def models():
     return out
 
 
-def torch_losses(model, args):
-    m = copy.deepcopy(model).train()
+def torch_losses(model, args, dtype=torch.float32):
+    m = copy.deepcopy(model).to(dtype).train()
+    args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=LR)
     losses = []
     for _ in range(STEPS):
@@ -125,6 +127,11 @@ def main():
     rows, failed = [], 0
     for name, (model, args) in models().items():
         reference = torch_losses(model, args)
+        # torch's own fp32 rounding, measured against fp64: deep nets with
+        # BatchNorm on small batches amplify it (MobileNetV2), and ampc's fp32
+        # can only be asked to stay as close to torch as torch is to itself.
+        exact = torch_losses(model, args, torch.float64)
+        own = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(reference, exact))
         for kind in ("ampc", "dynamo", "torchscript"):
             path = os.path.join(work, "%s-%s.onnx" % (name, kind))
             try:
@@ -144,8 +151,9 @@ def main():
                     losses[0], losses[-1], "falls" if falls else "DOES NOT FALL", compile_s)
                 if kind == "ampc" and precision == "fp32":
                     dev = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, reference))
-                    note += "; vs torch over %d steps: max rel. diff %.1e" % (STEPS, dev)
-                    falls = falls and dev < 1e-3
+                    note += ("; vs torch over %d steps: max rel. diff %.1e (torch fp32 vs fp64: "
+                             "%.1e)" % (STEPS, dev, own))
+                    falls = falls and dev <= max(1e-4, 2 * own)
                 failed += not falls
                 rows.append((name, kind, precision, note))
             print("\n".join("| %s | %s | %s | %s |" % r for r in rows[-3:]), flush=True)

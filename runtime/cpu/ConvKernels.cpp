@@ -103,6 +103,28 @@ protected:
     if (inScratch)
       call.scratchArgs.push_back({arg, off});
   }
+  /// Binds `arg` of `call` in the layout the primitive chose (`want`). The
+  /// tensor (or its scratch copy) is used as it is when that is its plain
+  /// layout `plain`; otherwise a scratch buffer in `want`'s layout is filled
+  /// from it before the call (an input) or copied back to it after (an
+  /// output), by a reorder created here, once per plan.
+  void bindAs(DnnlCall &call, int arg, const dnnl::memory::desc &want,
+              const dnnl::memory::desc &plain, void *data, bool inScratch, size_t off,
+              bool output, ScratchLayout &layout) {
+    if (want == plain) {
+      bind(call, arg, plain, data, inScratch, off);
+      return;
+    }
+    size_t staged = layout.add<uint8_t>(static_cast<int64_t>(want.get_size()));
+    bind(call, arg, want, nullptr, true, staged);
+    DnnlCall r;
+    const dnnl::memory::desc &src = output ? want : plain, &dst = output ? plain : want;
+    r.prim = dnnl::reorder(dnnl::reorder::primitive_desc(dnnlEngine(), src, dnnlEngine(), dst));
+    bind(r, output ? DNNL_ARG_DST : DNNL_ARG_SRC, plain, data, inScratch, off);
+    bind(r, output ? DNNL_ARG_SRC : DNNL_ARG_DST, want, nullptr, true, staged);
+    (output ? after_ : before_).push_back(std::move(r));
+  }
+
   bool reserve(const ScratchLayout &layout, std::string &error) {
     scratch_->reserve(layout.size());
     if (layout.size() && !scratch_->data()) {
@@ -115,6 +137,8 @@ protected:
   ThreadPool &pool_;
   std::shared_ptr<SharedScratch> scratch_;
   dnnl::stream stream_;
+  /// Reorders into and out of the primitives' blocked layouts (bindAs).
+  std::vector<DnnlCall> before_, after_;
 };
 
 class ConvForward : public DnnlKernel {
@@ -260,42 +284,56 @@ public:
       auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
       auto wMd = plainDesc(s.wDims(), cdt);
       auto bMd = plainDesc({s.M}, db_.data ? dnnlComputeType(db_.type) : dt::f32);
+      // The primitives pick their layouts (format_tag::any): in plain NCHW,
+      // oneDNN's backward passes fall back to slow implementations; blocked
+      // ones (nChw16c...) are several times faster, reorders included.
+      auto anyDesc = [&](const std::vector<int64_t> &dims) {
+        return dnnl::memory::desc(toDims(dims), cdt, dnnl::memory::format_tag::any);
+      };
+      auto xAny = anyDesc(s.xDims()), yAny = anyDesc(s.yDims()), wAny = anyDesc(s.wDims());
       auto fwd = dnnl::convolution_forward::primitive_desc(
           dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training,
-                                          dnnl::algorithm::convolution_direct, xMd, wMd, bMd,
-                                          yMd, s.strides, s.dilates, s.padL, s.padR),
+                                          dnnl::algorithm::convolution_direct, xAny, wAny, bMd,
+                                          yAny, s.strides, s.dilates, s.padL, s.padR),
           dnnlAttr(), dnnlEngine());
       if (dx_.data) {
+        // Negative trailing pads: input rows no output reads get no gradient;
+        // dX is zeroed first in case the primitive leaves them alone, so it
+        // is written in place (a staged copy would carry garbage there).
+        for (auto p : s.padR)
+          zeroDx_ = zeroDx_ || p < 0;
         auto pd = dnnl::convolution_backward_data::primitive_desc(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, xMd, wMd,
-                                                  yMd, s.strides, s.dilates, s.padL, s.padR),
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct,
+                                                  zeroDx_ ? xMd : xAny, wAny, yAny, s.strides,
+                                                  s.dilates, s.padL, s.padR),
             dnnlAttr(), dnnlEngine(), fwd);
         offPadData_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
         data_.prim = dnnl::convolution_backward_data(pd);
-        bind(data_, DNNL_ARG_DIFF_DST, yMd, dy_.data, half_, offDy_);
-        bind(data_, DNNL_ARG_WEIGHTS, wMd, w_.data, half_, offW_);
-        bind(data_, DNNL_ARG_DIFF_SRC, xMd, dx_.data, half_, offDx_);
+        bindAs(data_, DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), yMd, dy_.data, half_, offDy_, false,
+               layout);
+        bindAs(data_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, half_, offW_, false,
+               layout);
+        bindAs(data_, DNNL_ARG_DIFF_SRC, pd.diff_src_desc(), xMd, dx_.data, half_, offDx_, true,
+               layout);
+        dataBefore_ = before_.size();
+        dataAfter_ = after_.size();
         bind(data_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPadData_);
-        // Negative trailing pads: input rows no output reads get no gradient;
-        // zero dX first in case the primitive leaves them alone.
-        for (auto p : s.padR)
-          zeroDx_ = zeroDx_ || p < 0;
       }
       if (dw_.data) {
         auto d = dbWithDw
                      ? dnnl::convolution_backward_weights::desc(
-                           dnnl::algorithm::convolution_direct, xMd, wMd, bMd, yMd, s.strides,
+                           dnnl::algorithm::convolution_direct, xAny, wAny, bMd, yAny, s.strides,
                            s.dilates, s.padL, s.padR)
                      : dnnl::convolution_backward_weights::desc(
-                           dnnl::algorithm::convolution_direct, xMd, wMd, yMd, s.strides,
+                           dnnl::algorithm::convolution_direct, xAny, wAny, yAny, s.strides,
                            s.dilates, s.padL, s.padR);
         dnnl::convolution_backward_weights::primitive_desc pd(d, dnnlAttr(), dnnlEngine(), fwd,
                                                               true);
         if (!pd && dbWithDw) {
           dbWithDw = false;
           pd = dnnl::convolution_backward_weights::primitive_desc(
-              dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xMd,
-                                                       wMd, yMd, s.strides, s.dilates, s.padL,
+              dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xAny,
+                                                       wAny, yAny, s.strides, s.dilates, s.padL,
                                                        s.padR),
               dnnlAttr(), dnnlEngine(), fwd);
         }
@@ -306,9 +344,11 @@ public:
         offPadWeights_ =
             layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
         weights_.prim = dnnl::convolution_backward_weights(pd);
-        bind(weights_, DNNL_ARG_DIFF_DST, yMd, dy_.data, half_, offDy_);
-        bind(weights_, DNNL_ARG_SRC, xMd, x_.data, half_, offX_);
-        bind(weights_, DNNL_ARG_DIFF_WEIGHTS, wMd, dw_.data, half_, offDw_);
+        bindAs(weights_, DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), yMd, dy_.data, half_, offDy_,
+               false, layout);
+        bindAs(weights_, DNNL_ARG_SRC, pd.src_desc(), xMd, x_.data, half_, offX_, false, layout);
+        bindAs(weights_, DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc(), wMd, dw_.data, half_,
+               offDw_, true, layout);
         if (dbWithDw)
           bind(weights_, DNNL_ARG_DIFF_BIAS, bMd, db_.data, false, 0);
         bind(weights_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPadWeights_);
@@ -337,12 +377,20 @@ public:
       if (zeroDx_)
         std::memset(half_ ? static_cast<void *>(at<float>(base, offDx_)) : dx_.data, 0,
                     dx_.numel * (half_ ? 4 : elemBytes(dx_.type)));
+      for (size_t i = 0; i < dataBefore_; ++i)
+        before_[i].execute(stream_, base);
       data_.execute(stream_, base);
+      for (size_t i = 0; i < dataAfter_; ++i)
+        after_[i].execute(stream_, base);
       if (half_)
         parallelFromFloat(pool_, at<float>(base, offDx_), dx_);
     }
     if (dw_.data) {
+      for (size_t i = dataBefore_; i < before_.size(); ++i)
+        before_[i].execute(stream_, base);
       weights_.execute(stream_, base);
+      for (size_t i = dataAfter_; i < after_.size(); ++i)
+        after_[i].execute(stream_, base);
       if (half_)
         parallelFromFloat(pool_, at<float>(base, offDw_), dw_);
     }
@@ -368,6 +416,8 @@ private:
   DnnlCall data_, weights_;
   int64_t M_ = 0, N_ = 0, outPix_ = 0;
   bool half_ = false, zeroDx_ = false, dbByHand_ = false;
+  /// before_/after_ hold the data pass's reorders first, then the weights pass's.
+  size_t dataBefore_ = 0, dataAfter_ = 0;
   size_t offDy_ = 0, offX_ = 0, offW_ = 0, offDx_ = 0, offDw_ = 0, offPadData_ = 0,
          offPadWeights_ = 0, offRow_ = 0;
 };

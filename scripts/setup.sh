@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ make pkg-config
   libonnx-dev libprotobuf-dev protobuf-compiler
   llvm-14-dev llvm-14-tools
-  libgtest-dev libbenchmark-dev libdnnl-dev
+  libgtest-dev libbenchmark-dev libdnnl-dev libsleef-dev
   # oneDNN's CMake config (dnnl-config.cmake) calls find_package(OpenCL): Debian builds it
   # with the OpenCL GPU runtime, and --no-install-recommends would skip this.
   ocl-icd-opencl-dev

@@ -1,0 +1,115 @@
+"""ampc against current PyTorch on the CPU (issue #12): training step time, side by side.
+
+For each model of bench/peer_models.py: exports it with ampc.export, compiles fp32 and bf16
+AdamW plans, times amp-run (median step after warm-up, from --metrics), and times torch eager
+and torch.compile on the same weights, batch, optimizer and thread count, fp32 and bf16
+(torch.autocast on the CPU). Prints a markdown table with the ratios; run through
+bench/peer.sh, which makes the venv with torch from PyPI. The benchmark only: tests never
+need torch.
+"""
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import ampc  # noqa: E402
+import peer_models  # noqa: E402
+
+
+def torch_step(model, args, precision, compiled, steps, warmup):
+    m = copy.deepcopy(model).train()
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = m(*args)
+        loss.backward()
+        opt.step()
+
+    if compiled:
+        m = torch.compile(m)
+    times = []
+    for i in range(steps + warmup):
+        t0 = time.perf_counter()
+        step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def ampc_step(bin_dir, onnx_path, data, precision, threads, steps, warmup, out):
+    plan = os.path.join(out, os.path.basename(onnx_path)[:-5] + "." + precision + ".plan")
+    subprocess.run([os.path.join(bin_dir, "amp-opt"), onnx_path, "--train", "--optimizer=adamw",
+                    "--lr=1e-3", "--precision=" + precision, "-o", plan], check=True,
+                   stderr=subprocess.DEVNULL)
+    metrics = plan + ".jsonl"
+    subprocess.run([os.path.join(bin_dir, "amp-run"), plan, "--backend=cpu", "--threads",
+                    str(threads), "--steps", str(steps + warmup), "--quiet", "--data", data,
+                    "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
+    rows = [json.loads(line) for line in open(metrics)]
+    return statistics.median(r["seconds"] for r in rows[warmup:]), plan
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--models", default=",".join(peer_models.NAMES))
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    bin_dir = os.path.join(args.build, "bin")
+    print("torch %s, %d threads, AdamW, median of %d steps after %d warm-up steps (ms)\n" %
+          (torch.__version__, args.threads, args.steps, args.warmup))
+    print("| model | precision | ampc | torch eager | torch.compile | ampc / best torch |")
+    print("|---|---|---|---|---|---|")
+    ampc_ms = {}
+    for name in args.models.split(","):
+        model, batch = peer_models.build(name)
+        path = os.path.join(args.out, "peer_%s.onnx" % name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ampc.export(copy.deepcopy(model), batch, path)
+        data = path[:-5] + ".npz"
+        np.savez(data, x=batch[0].numpy(), target=batch[1].numpy())
+        for precision in ("fp32", "bf16"):
+            ours, _ = ampc_step(bin_dir, path, data, precision, args.threads, args.steps,
+                                args.warmup, args.out)
+            ampc_ms[(name, precision)] = ours
+            eager = torch_step(model, batch, precision, False, args.steps, args.warmup)
+            comp = float("nan")
+            if not args.no_compile:
+                try:
+                    comp = torch_step(model, batch, precision, True, args.steps, args.warmup)
+                except Exception as e:  # torch.compile needs a C++ toolchain; say so
+                    print("torch.compile failed: %s" % str(e).splitlines()[0][:120], file=sys.stderr)
+            best = min(t for t in (eager, comp) if t == t)
+            print("| %s | %s | %.1f | %.1f | %.1f | %.2f |" % (name, precision, ours * 1e3, eager * 1e3,
+                                                           comp * 1e3, ours / best))
+            sys.stdout.flush()
+    print()
+    for name in args.models.split(","):
+        if (name, "fp32") in ampc_ms and (name, "bf16") in ampc_ms:
+            print("%s: ampc bf16 is %.2fx faster than ampc fp32" %
+                  (name, ampc_ms[(name, "fp32")] / ampc_ms[(name, "bf16")]))
+
+
+if __name__ == "__main__":
+    main()

@@ -162,14 +162,20 @@ public:
       dnnl::memory::desc bMd;
       if (b_.data)
         bMd = plainDesc({s.M}, biasF32 ? dt::f32 : cdt);
+      // The primitive picks its layouts (format_tag::any), as ConvBackward's
+      // do: plain NCHW convolutions run several times slower in oneDNN.
+      auto anyDesc = [&](const std::vector<int64_t> &dims) {
+        return dnnl::memory::desc(toDims(dims), cdt, dnnl::memory::format_tag::any);
+      };
+      auto xAny = anyDesc(s.xDims()), yAny = anyDesc(s.yDims()), wAny = anyDesc(s.wDims());
       auto makePd = [&](const dnnl::memory::desc &bias) {
         auto d = b_.data ? dnnl::convolution_forward::desc(
                                dnnl::prop_kind::forward_training,
-                               dnnl::algorithm::convolution_direct, xMd, wMd, bias, yMd,
+                               dnnl::algorithm::convolution_direct, xAny, wAny, bias, yAny,
                                s.strides, s.dilates, s.padL, s.padR)
                          : dnnl::convolution_forward::desc(
                                dnnl::prop_kind::forward_training,
-                               dnnl::algorithm::convolution_direct, xMd, wMd, yMd, s.strides,
+                               dnnl::algorithm::convolution_direct, xAny, wAny, yAny, s.strides,
                                s.dilates, s.padL, s.padR);
         return dnnl::convolution_forward::primitive_desc(d, dnnlAttr(), dnnlEngine(), true);
       };
@@ -187,9 +193,10 @@ public:
         offB_ = layout.add<float>(s.M), biasConvert_ = true;
       offPad_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
       call_.prim = dnnl::convolution_forward(pd);
-      bind(call_, DNNL_ARG_SRC, xMd, x_.data, half_, offX_);
-      bind(call_, DNNL_ARG_WEIGHTS, wMd, w_.data, half_, offW_);
-      bind(call_, DNNL_ARG_DST, yMd, y_.data, half_, offY_);
+      bindAs(call_, DNNL_ARG_SRC, pd.src_desc(), xMd, x_.data, half_, offX_, false, layout);
+      bindAs(call_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, half_, offW_, false,
+             layout);
+      bindAs(call_, DNNL_ARG_DST, pd.dst_desc(), yMd, y_.data, half_, offY_, true, layout);
       if (b_.data)
         bind(call_, DNNL_ARG_BIAS, bMd, b_.data, biasConvert_, offB_);
       bind(call_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPad_);
@@ -209,7 +216,11 @@ public:
     if (biasConvert_)
       loadFloats(b_, 0, b_.numel, at<float>(base, offB_));
     omp_set_num_threads(pool_.size());
+    for (DnnlCall &r : before_)
+      r.execute(stream_, base);
     call_.execute(stream_, base);
+    for (DnnlCall &r : after_)
+      r.execute(stream_, base);
     if (half_)
       parallelFromFloat(pool_, at<float>(base, offY_), y_);
   }

@@ -208,6 +208,23 @@ private:
       std::fprintf(stderr, "profile of program '%s': %.3f ms per run over %lld runs\n",
                    prog.source->name().c_str(), 1e3 * total / prog.runs,
                    static_cast<long long>(prog.runs));
+      // Per operator: where the time goes, and how much of it oneDNN's
+      // GEMMs and convolutions take.
+      std::map<std::string, std::pair<double, int>> byOp;
+      for (size_t i = 0; i < prog.seconds.size(); ++i) {
+        auto &entry = byOp[prog.source->steps(static_cast<int>(i)).op()];
+        entry.first += prog.seconds[i];
+        ++entry.second;
+      }
+      std::vector<std::pair<double, std::string>> ops;
+      for (const auto &[op, entry] : byOp)
+        ops.push_back({entry.first, op});
+      std::sort(ops.rbegin(), ops.rend());
+      std::fprintf(stderr, "  by operator:\n");
+      for (const auto &[seconds, op] : ops)
+        std::fprintf(stderr, "  %8.3f ms %5.1f%%  %4d x %s\n", 1e3 * seconds / prog.runs,
+                     100 * seconds / total, byOp[op].second, op.c_str());
+      std::fprintf(stderr, "  by step:\n");
       for (size_t k = 0; k < order.size() && k < 25; ++k) {
         const plan::Step &step = prog.source->steps(order[k]);
         std::fprintf(stderr, "  %6.3f ms %5.1f%%  step %zu %s '%s'\n",

@@ -38,22 +38,30 @@ namespace ampc {
 
 namespace {
 
-/// Ops worth recomputing: linear in their result's size, deterministic, one
-/// result. Everything else (GEMMs, convolutions, reductions, normalizations,
-/// losses, random ops, multi-result ops) is kept when the backward pass
-/// needs it.
-bool isRecomputable(const Node &n) {
-  static const std::set<std::string> kOps = {
-      // Casts and layout.
-      "Cast", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Expand",
-      // Elementwise.
+/// How much a recomputed value may cost, cheapest first. `layout`: no
+/// arithmetic (casts, views, layout changes); `elementwise`: also
+/// elementwise math (GELU's chain); `all`: also row-wise ops (a softmax).
+enum class RematLevel { Layout, Elementwise, All };
+
+/// Ops worth recomputing at `level`: linear in their result's size,
+/// deterministic, one result. Everything else (GEMMs, convolutions,
+/// reductions, normalizations, losses, random ops, multi-result ops) is kept
+/// when the backward pass needs it.
+bool isRecomputable(const Node &n, RematLevel level) {
+  static const std::set<std::string> kLayout = {"Cast",      "Identity",  "Reshape", "Flatten",
+                                                "Squeeze",   "Unsqueeze", "Transpose", "Expand"};
+  static const std::set<std::string> kElementwise = {
       "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Pow", "Relu",
       "LeakyRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Erf", "Softplus", "Softsign",
       "Clip", "Where", "Not", "And", "Or", "Equal", "Less", "Greater", "LessOrEqual",
-      "GreaterOrEqual", "Max", "Min", "Sum", "Mean",
-      // Row-wise and cheap: recomputing a softmax is what attention kernels do.
-      "Softmax", "LogSoftmax"};
-  return n.domain().empty() && n.numOutputs() == 1 && n.output() && kOps.count(n.opType());
+      "GreaterOrEqual", "Max", "Min", "Sum", "Mean"};
+  // Row-wise and cheap: recomputing a softmax is what attention kernels do.
+  static const std::set<std::string> kRowwise = {"Softmax", "LogSoftmax"};
+  if (!n.domain().empty() || n.numOutputs() != 1 || !n.output())
+    return false;
+  const std::string &op = n.opType();
+  return kLayout.count(op) || (level >= RematLevel::Elementwise && kElementwise.count(op)) ||
+         (level >= RematLevel::All && kRowwise.count(op));
 }
 
 /// Dinic's maximum flow. After run(), reachesSink() tells the sink side of
@@ -147,6 +155,7 @@ private:
 
 class RematerializePass : public Pass {
 public:
+  RematerializePass(RematLevel maxLevel, uint64_t budget) : maxLevel_(maxLevel), budget_(budget) {}
   llvm::StringRef name() const override { return "remat"; }
 
   llvm::Error run(Graph &g, PassContext &ctx) override {
@@ -179,46 +188,21 @@ public:
       for (Value *v : order[i]->outputs())
         addValue(v);
 
+    // Without a budget, the cut at the level asked for (by default layout:
+    // no arithmetic is recomputed, so a plan that fits pays no compute for
+    // memory); with one, the cheapest level up to it whose cut fits.
+    Cut cut;
+    for (RematLevel level : {RematLevel::Layout, RematLevel::Elementwise, RematLevel::All}) {
+      if (level > maxLevel_ || (!budget_ && level < maxLevel_))
+        continue;
+      cut = minCut(values, index, position, isBackward, level);
+      if (!budget_ || cut.keptAfter <= budget_)
+        break;
+    }
+    const std::unordered_set<const Value *> &recompute = cut.recompute;
+    const std::vector<bool> &neededByBackward = cut.neededByBackward;
+    uint64_t keptBefore = cut.keptBefore, keptAfter = cut.keptAfter;
     int n = static_cast<int>(values.size());
-    int source = 2 * n, sink = 2 * n + 1;
-    MaxFlow flow(2 * n + 2);
-    std::vector<bool> neededByBackward(n, false);
-    for (int i = 0; i < n; ++i) {
-      Value *v = values[i];
-      const Node *p = v->producer();
-      bool free = !p || v->isGraphOutput();
-      flow.addEdge(2 * i, 2 * i + 1, free ? 0 : v->type().byteSize());
-      if (free || !isRecomputable(*p))
-        flow.addEdge(source, 2 * i, MaxFlow::kInf);
-      for (const Use &u : v->uses()) {
-        if (!position.count(u.user))
-          continue;
-        if (isBackward(u.user)) {
-          neededByBackward[i] = true;
-          continue;
-        }
-        for (Value *out : u.user->outputs())
-          if (out && index.count(out))
-            flow.addEdge(2 * i + 1, 2 * index[out], MaxFlow::kInf);
-      }
-      if (neededByBackward[i])
-        flow.addEdge(2 * i + 1, sink, MaxFlow::kInf);
-    }
-    flow.run(source, sink);
-
-    // Values wholly beyond the cut are recomputed; the kept ones are read.
-    std::unordered_set<const Value *> recompute;
-    uint64_t keptBefore = 0, keptAfter = 0;
-    for (int i = 0; i < n; ++i) {
-      Value *v = values[i];
-      uint64_t bytes = v->producer() && !v->isGraphOutput() ? v->type().byteSize() : 0;
-      if (neededByBackward[i])
-        keptBefore += bytes;
-      if (!flow.reachesSink(2 * i) && flow.reachesSink(2 * i + 1))
-        keptAfter += bytes;
-      if (flow.reachesSink(2 * i))
-        recompute.insert(v);
-    }
 
     // Each recomputed value the backward pass reads gets its copy just before
     // its first backward use. Copies are shared between chains, so values
@@ -260,7 +244,70 @@ public:
     return llvm::Error::success();
   }
 
+  struct Cut {
+    std::unordered_set<const Value *> recompute;
+    std::vector<bool> neededByBackward;
+    uint64_t keptBefore = 0, keptAfter = 0;
+  };
+
+  /// The minimum cut over forward values when ops up to `level` may be
+  /// recomputed: the values to recompute and the bytes kept for the backward
+  /// pass before and after.
+  template <typename IsBackward>
+  static Cut minCut(const std::vector<Value *> &values,
+                    std::unordered_map<const Value *, int> &index,
+                    const std::unordered_map<const Node *, size_t> &position,
+                    IsBackward isBackward, RematLevel level) {
+    int n = static_cast<int>(values.size());
+    int source = 2 * n, sink = 2 * n + 1;
+    Cut cut;
+    cut.neededByBackward.assign(n, false);
+    std::vector<bool> &neededByBackward = cut.neededByBackward;
+    MaxFlow flow(2 * n + 2);
+    for (int i = 0; i < n; ++i) {
+      Value *v = values[i];
+      const Node *p = v->producer();
+      bool free = !p || v->isGraphOutput();
+      flow.addEdge(2 * i, 2 * i + 1, free ? 0 : v->type().byteSize());
+      if (free || !isRecomputable(*p, level))
+        flow.addEdge(source, 2 * i, MaxFlow::kInf);
+      for (const Use &u : v->uses()) {
+        if (!position.count(u.user))
+          continue;
+        if (isBackward(u.user)) {
+          neededByBackward[i] = true;
+          continue;
+        }
+        for (Value *out : u.user->outputs())
+          if (out && index.count(out))
+            flow.addEdge(2 * i + 1, 2 * index[out], MaxFlow::kInf);
+      }
+      if (neededByBackward[i])
+        flow.addEdge(2 * i + 1, sink, MaxFlow::kInf);
+    }
+    flow.run(source, sink);
+
+    // Values wholly beyond the cut are recomputed; the kept ones are read.
+    std::unordered_set<const Value *> &recompute = cut.recompute;
+    uint64_t &keptBefore = cut.keptBefore, &keptAfter = cut.keptAfter;
+    for (int i = 0; i < n; ++i) {
+      Value *v = values[i];
+      uint64_t bytes = v->producer() && !v->isGraphOutput() ? v->type().byteSize() : 0;
+      if (neededByBackward[i])
+        keptBefore += bytes;
+      if (!flow.reachesSink(2 * i) && flow.reachesSink(2 * i + 1))
+        keptAfter += bytes;
+      if (flow.reachesSink(2 * i))
+        recompute.insert(v);
+    }
+
+    return cut;
+  }
+
 private:
+  RematLevel maxLevel_;
+  uint64_t budget_;
+
   /// A copy of the chain computing v from kept values, at the insertion
   /// point; copies made earlier (at an earlier point) are shared.
   Value *clone(Graph &g, Value *v, const std::unordered_set<const Value *> &recompute,
@@ -285,13 +332,27 @@ private:
 } // namespace
 
 void registerRematerializePass() {
-  PassRegistry::add({"remat",
-                     "Recompute cheap forward values (casts, elementwise chains, layout, "
-                     "softmax) in the backward pass where that keeps fewer bytes alive across "
-                     "the loss (a minimum cut)",
-                     {},
-                     "",
-                     [](const PassOptions &) { return std::make_unique<RematerializePass>(); }});
+  PassRegistry::add(
+      {"remat",
+       "Recompute forward values in the backward pass where that keeps fewer bytes alive across "
+       "the loss (a minimum cut), no costlier than the level allows or the budget asks for",
+       {{"ops", OptionType::Enum,
+         "The costliest ops recomputed: layout (casts and views, no arithmetic), elementwise "
+         "(also elementwise math), all (also softmax); with a budget, the cheapest level whose "
+         "kept bytes fit it, up to this one (default: layout, or all with a budget)",
+         "", {"layout", "elementwise", "all"}},
+        {"budget", OptionType::Int,
+         "Bytes of forward values the backward pass may keep (0: no budget, the level's cut)",
+         "0", {}}},
+       "ops",
+       [](const PassOptions &o) {
+         int64_t budget = o.getInt("budget");
+         std::string ops = o.has("ops") ? o.getString("ops") : budget > 0 ? "all" : "layout";
+         RematLevel level = ops == "all"           ? RematLevel::All
+                            : ops == "elementwise" ? RematLevel::Elementwise
+                                                   : RematLevel::Layout;
+         return std::make_unique<RematerializePass>(level, budget > 0 ? budget : 0);
+       }});
 }
 
 } // namespace ampc

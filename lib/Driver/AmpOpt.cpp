@@ -210,7 +210,8 @@ struct PipelineItem {
 };
 
 /// The passes of --train; their own flags give their options.
-const char *const kTrainStages[] = {"autodiff", "accumulate", "loss-scale", "optimizer"};
+const char *const kTrainStages[] = {"autodiff", "accumulate", "loss-scale", "optimizer",
+                                    "remat"};
 
 /// A flag forwarded to a pass the pipeline does not run would do nothing
 /// (--bf16-conv without bf16, --fp32-ops with --train at fp32): say so.
@@ -267,7 +268,7 @@ llvm::Error buildTrainPipeline(PassManager &pm,
   if ((precision == "fp16" || precision == "bf16") && !noCastCache)
     if (auto err = add("cast-cache", ""))
       return err;
-  return add("remat", "");
+  return add("remat", stageOptions["remat"]);
 }
 
 llvm::Error buildPipeline(PassManager &pm,

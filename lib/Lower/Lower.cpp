@@ -332,6 +332,11 @@ private:
 
   int tensorOf(const Value *v) const { return v ? tensorOf_.at(v) : -1; }
 
+  /// (MatMul, operand) -> the untransposed value it reads (see
+  /// foldTransposesIntoMatMuls), and the Transposes not emitted.
+  std::map<std::pair<const Node *, unsigned>, const Value *> transposedOperand_;
+  std::unordered_set<const Node *> foldedTransposes_;
+
   /// Copies node attributes; tensor-valued ones become constant tensors.
   void addAttributes(const Node &n, google::protobuf::RepeatedPtrField<plan::Attribute> &out) {
     for (const auto &[name, a] : n.attributes()) {
@@ -368,7 +373,54 @@ private:
     }
   }
 
+  /// A Transpose exchanging the last two axes and nothing else.
+  static bool swapsLastTwoAxes(const Node &n) {
+    if (!n.is("Transpose") || !n.input(0) || !n.output())
+      return false;
+    int64_t r = static_cast<int64_t>(n.input(0)->type().shape.size());
+    if (r < 2)
+      return false;
+    std::vector<int64_t> perm = n.getInts("perm", {});
+    if (perm.empty()) // the default reverses the axes: a swap for matrices
+      return r == 2;
+    if (static_cast<int64_t>(perm.size()) != r)
+      return false;
+    for (int64_t d = 0; d < r - 2; ++d)
+      if (perm[d] != d)
+        return false;
+    return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+  }
+
+  /// MatMul operands produced by a Transpose of the last two axes read the
+  /// Transpose's input instead, with transA / transB set on the step, and a
+  /// Transpose read by nothing else is not emitted (its result is VIRTUAL):
+  /// a transposed operand costs no copy (oneDNN reads it through exchanged
+  /// strides, cuBLAS through its transpose flags). Weight transposes of
+  /// PyTorch's Linear exports and the transposes of the MatMul gradient
+  /// rules are all of this form.
+  void foldTransposesIntoMatMuls(const std::vector<const Node *> &nodes) {
+    std::unordered_set<const Node *> inProgram(nodes.begin(), nodes.end());
+    for (const Node *n : nodes) {
+      if (!swapsLastTwoAxes(*n))
+        continue;
+      const Value *t = n->output();
+      if (readAfterProgram(t) || t->isGraphOutput() || !t->hasUses())
+        continue;
+      bool onlyMatMuls = true;
+      for (const Use &u : t->uses())
+        onlyMatMuls = onlyMatMuls && inProgram.count(u.user) && u.user->is("MatMul") &&
+                      u.operand < 2;
+      if (!onlyMatMuls)
+        continue;
+      for (const Use &u : t->uses())
+        transposedOperand_[{u.user, u.operand}] = n->input(0);
+      foldedTransposes_.insert(n);
+      p_.mutable_tensors(tensorOf(t))->set_storage(plan::VIRTUAL);
+    }
+  }
+
   void emitSteps(plan::Program &prog, const std::vector<const Node *> &nodes) {
+    foldTransposesIntoMatMuls(nodes);
     std::vector<FusionGroup> groups = findFusionGroups(
         nodes, opts_.fuseElementwise, [&](const Value *v) { return readAfterProgram(v); });
     std::unordered_map<const Node *, size_t> groupOf;
@@ -376,7 +428,7 @@ private:
       for (const Node *n : groups[i].nodes)
         groupOf[n] = i;
     for (const Node *n : nodes) {
-      if (isView(*n))
+      if (isView(*n) || foldedTransposes_.count(n))
         continue;
       auto it = groupOf.find(n);
       if (it == groupOf.end()) {
@@ -398,8 +450,17 @@ private:
     plan::Step &s = *prog.add_steps();
     s.set_op(n.qualifiedOpType());
     s.set_name(n.displayName());
-    for (const Value *v : n.inputs())
-      s.add_inputs(tensorOf(v));
+    for (unsigned i = 0; i < n.numInputs(); ++i) {
+      auto folded = transposedOperand_.find({&n, i});
+      if (folded == transposedOperand_.end()) {
+        s.add_inputs(tensorOf(n.input(i)));
+        continue;
+      }
+      s.add_inputs(tensorOf(folded->second));
+      plan::Attribute &a = *s.add_attrs();
+      a.set_name(i == 0 ? "transA" : "transB");
+      a.set_i(1);
+    }
     if (n.is("Dropout") && n.domain().empty())
       addDropoutCounter(s, n);
     std::vector<const Value *> defined;

@@ -177,6 +177,16 @@ bool sameFloatTypes(const StepContext &ctx, std::initializer_list<int> inputs,
   return true;
 }
 
+/// `shape` with its last two dimensions exchanged (a transposed operand).
+std::vector<int64_t> swapLastTwo(std::vector<int64_t> shape) {
+  if (shape.size() >= 2)
+    std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  return shape;
+}
+
+/// MatMul; transA / transB (set by the lowering when a Transpose of the last
+/// two axes fed the operand) say the operand is stored transposed: oneDNN
+/// reads it through exchanged strides instead of a copy.
 std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error) {
   if (ctx.inputs.size() < 2 || !ctx.has(0) || !ctx.has(1) || ctx.outputs.empty()) {
     error = "MatMul takes two operands";
@@ -189,8 +199,15 @@ std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error)
   k->b = ctx.inputs[1];
   k->y = ctx.outputs[0];
   k->type = k->y.type;
+  bool ta = ctx.attrInt("transA", 0) != 0, tb = ctx.attrInt("transB", 0) != 0;
+  if ((ta && k->a.rank() < 2) || (tb && k->b.rank() < 2)) {
+    error = "a transposed MatMul operand needs rank 2 or more";
+    return nullptr;
+  }
+  std::vector<int64_t> aShape = ta ? swapLastTwo(k->a.shape) : k->a.shape;
+  std::vector<int64_t> bShape = tb ? swapLastTwo(k->b.shape) : k->b.shape;
   MatMulShape shape;
-  if (!matMulShape(k->a.shape, k->b.shape, k->y.numel, argString(k->a), argString(k->b),
+  if (!matMulShape(aShape, bShape, k->y.numel, argString(k->a), argString(k->b),
                    argString(k->y), shape, error))
     return nullptr;
   int64_t M = shape.M, K = shape.K, N = shape.N;
@@ -207,8 +224,13 @@ std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error)
         storeFloat(y, i, 0.0f);
     });
   }
+  // Strides of an operand of logical dims (batch..., r, c), stored as given
+  // or with its last two dimensions exchanged.
+  auto strides = [](const std::vector<int64_t> &dims, bool transposed) {
+    return transposed ? swapLastTwo(stridesOf(swapLastTwo(dims))) : stridesOf(dims);
+  };
   bool bBatched = product(bb) != 1;
-  if (!bBatched) {
+  if (!bBatched && !(ta && product(ba) != 1)) {
     // Fold A's batch into the rows: one 2-D GEMM.
     int64_t rows = product(ba) * M;
     k->aDims = {rows, K};
@@ -226,8 +248,8 @@ std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error)
     k->bDims = bb;
     k->yDims = batch;
   }
-  k->aStrides = stridesOf(k->aDims);
-  k->bStrides = stridesOf(k->bDims);
+  k->aStrides = strides(k->aDims, ta);
+  k->bStrides = strides(k->bDims, tb);
   if (!k->prepare(error))
     return nullptr;
   return k;

@@ -1106,9 +1106,21 @@ bool StepLowering::lowerMatMul(std::string &error) {
   }
   if (!sameFloatTypes({a, b}, y, error))
     return false;
+  // transA / transB: the operand is stored with its last two axes exchanged
+  // (the lowering folded a Transpose into the MatMul); cuBLAS reads it so.
+  bool ta = attrInt("transA", 0) != 0, tb = attrInt("transB", 0) != 0;
+  if ((ta && a.rank() < 2) || (tb && b.rank() < 2)) {
+    error = "a transposed MatMul operand needs rank 2 or more";
+    return false;
+  }
+  auto swapLastTwo = [](std::vector<int64_t> s) {
+    if (s.size() >= 2)
+      std::swap(s[s.size() - 1], s[s.size() - 2]);
+    return s;
+  };
   MatMulShape shape;
-  if (!matMulShape(a.shape, b.shape, y.numel, argString(a), argString(b), argString(y), shape,
-                   error))
+  if (!matMulShape(ta ? swapLastTwo(a.shape) : a.shape, tb ? swapLastTwo(b.shape) : b.shape,
+                   y.numel, argString(a), argString(b), argString(y), shape, error))
     return false;
   int64_t M = shape.M, K = shape.K, N = shape.N, nb = product(shape.batch);
   const std::vector<int64_t> &ba = shape.batchA, &bb = shape.batchB, &batch = shape.batch;
@@ -1121,7 +1133,7 @@ bool StepLowering::lowerMatMul(std::string &error) {
   }
   auto call = [&](int64_t rows, const void *A, const void *B, void *Y, int64_t count,
                   int64_t sA, int64_t sB, int64_t sY) {
-    GemmCall g = rowMajorGemm(rows, N, K, A, K, false, B, N, false, Y, N);
+    GemmCall g = rowMajorGemm(rows, N, K, A, ta ? rows : K, ta, B, tb ? K : N, tb, Y, N);
     g.batch = count;
     g.strideA = sB; // operands swap in the column-major call
     g.strideB = sA;
@@ -1131,7 +1143,7 @@ bool StepLowering::lowerMatMul(std::string &error) {
     gemm(g);
   };
   int64_t pa = product(ba), pb = product(bb);
-  if (pb == 1) {
+  if (pb == 1 && !(ta && pa != 1)) {
     // B has no batch: fold A's batch into the rows (one GEMM).
     call(pa * M, a.p, b.p, y.p, 1, 0, 0, 0);
     return true;

@@ -14,8 +14,8 @@
 
 #include <limits>
 
-#if AMPC_FUSED_SLEEF_AVX512
 #include <immintrin.h>
+#if AMPC_FUSED_SLEEF_AVX512
 #include <sleef.h>
 #endif
 

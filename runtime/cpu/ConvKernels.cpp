@@ -115,7 +115,17 @@ protected:
       bind(call, arg, plain, data, inScratch, off);
       return;
     }
+    // An input already staged in this layout (dY for both backward passes)
+    // is read from that copy: one reorder, not two.
+    for (const Staged &st : staged_)
+      if (!output && st.data == data && st.inScratch == inScratch && st.off == off &&
+          st.desc == want) {
+        bind(call, arg, want, nullptr, true, st.staged);
+        return;
+      }
     size_t staged = layout.add<uint8_t>(static_cast<int64_t>(want.get_size()));
+    if (!output)
+      staged_.push_back({data, inScratch, off, want, staged});
     bind(call, arg, want, nullptr, true, staged);
     DnnlCall r;
     const dnnl::memory::desc &src = output ? want : plain, &dst = output ? plain : want;
@@ -139,6 +149,15 @@ protected:
   dnnl::stream stream_;
   /// Reorders into and out of the primitives' blocked layouts (bindAs).
   std::vector<DnnlCall> before_, after_;
+  /// Inputs staged in a blocked layout: (tensor, layout) -> scratch offset.
+  struct Staged {
+    void *data;
+    bool inScratch;
+    size_t off;
+    dnnl::memory::desc desc;
+    size_t staged;
+  };
+  std::vector<Staged> staged_;
 };
 
 class ConvForward : public DnnlKernel {

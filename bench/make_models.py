@@ -94,6 +94,38 @@ def chain_model(path, blocks):
     onnx.save(model, path)
 
 
+def residual_mlp(path, blocks, width=16):
+    """A residual MLP with many small parameters (issue #13's compile-time graph): each
+    block is Gemm(w, b), Mul(g), Add(c), PRelu(slope), Add(residual): 5 nodes, 5 parameters."""
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+    prev = "input"
+    for i in range(blocks):
+        params = {
+            "w%d" % i: (rng.normal(size=(width, width)) * 0.05).astype(np.float32),
+            "b%d" % i: np.zeros(width, np.float32),
+            "g%d" % i: np.ones(width, np.float32),
+            "c%d" % i: np.zeros(width, np.float32),
+            "slope%d" % i: np.full(width, 0.1, np.float32),
+        }
+        inits += [numpy_helper.from_array(v, k) for k, v in params.items()]
+        nodes += [
+            helper.make_node("Gemm", [prev, "w%d" % i, "b%d" % i], ["m%d" % i]),
+            helper.make_node("Mul", ["m%d" % i, "g%d" % i], ["s%d" % i]),
+            helper.make_node("Add", ["s%d" % i, "c%d" % i], ["a%d" % i]),
+            helper.make_node("PRelu", ["a%d" % i, "slope%d" % i], ["r%d" % i]),
+            helper.make_node("Add", ["r%d" % i, prev], ["h%d" % i]),
+        ]
+        prev = "h%d" % i
+    nodes.append(helper.make_node("ReduceMean", [prev], ["loss"], keepdims=0))
+    graph = helper.make_graph(nodes, "residual_mlp",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, width])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "bench/out"
     os.makedirs(out, exist_ok=True)
@@ -101,6 +133,8 @@ def main():
     export_conv_net(out)
     for blocks in (250, 500, 1000, 2000, 4000, 8000):
         chain_model(os.path.join(out, "chain_%d.onnx" % (blocks * 5 + 1)), blocks)
+    for nodes in (5000, 10000, 20000, 40000):
+        residual_mlp(os.path.join(out, "residual_mlp_%d.onnx" % nodes), nodes // 5)
     print("models written to", out)
 
 

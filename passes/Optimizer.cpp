@@ -24,6 +24,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <map>
 
 namespace ampc {
 
@@ -47,6 +48,10 @@ public:
     // A second optimizer would give each parameter two conflicting updates.
     if (g.metadata.count(std::string(kInfoPrefix) + "optimizer"))
       return makeError("the graph already updates its parameters (optimizer ran before)");
+    // The pass may run on several graphs (--split-input-file): no value of
+    // an earlier one may be reused.
+    constants_.clear();
+    shared_.clear();
     std::vector<GradientOutput> grads = findGradients(g);
     if (grads.empty())
       return makeError("no gradient outputs (<param>_grad): run autodiff first, or use amp-opt --train, which builds the whole training step");
@@ -56,7 +61,7 @@ public:
     if (!lr)
       lr = g.addInputWithDefault("lr", Tensor::scalar(DType::F32, c_.lr));
     Value *step = addState(g, "optimizer.step", Tensor::scalar(DType::F32, 0));
-    Value *one = b.constant(DType::F32, 1);
+    Value *one = cst(b, DType::F32, 1);
 
     std::vector<Value *> gradValues;
     for (const GradientOutput &go : grads)
@@ -93,6 +98,26 @@ public:
   }
 
 private:
+  /// Scalars every parameter's update shares (constants, bias corrections,
+  /// the learning rate in the parameter's type) are built once per type, not
+  /// once per parameter: 12,000 parameters made some 240,000 identical nodes
+  /// that canonicalize then spent most of its time merging.
+  std::map<std::pair<DType, double>, Value *> constants_;
+  std::map<std::pair<std::string, DType>, Value *> shared_;
+
+  Value *cst(Builder &b, DType dt, double v) {
+    Value *&slot = constants_[{dt, v}];
+    if (!slot)
+      slot = b.constant(dt, v);
+    return slot;
+  }
+  template <typename Make> Value *once(const std::string &key, DType dt, Make make) {
+    Value *&slot = shared_[{key, dt}];
+    if (!slot)
+      slot = make();
+    return slot;
+  }
+
   llvm::Error validate() const {
     if (!(c_.lr >= 0))
       return makeError("--lr must not be negative");
@@ -126,9 +151,9 @@ private:
     for (Value *gv : grads)
       squares.push_back(b.sumOfSquares(b.cast(gv, DType::F32)));
     Value *total = b.sqrt(b.sum(squares));
-    Value *coef = b.div(b.constant(DType::F32, *c_.clipNorm),
-                        b.add(total, b.constant(DType::F32, 1e-6)));
-    Value *clamped = b.min(coef, b.constant(DType::F32, 1.0));
+    Value *coef = b.div(cst(b, DType::F32, *c_.clipNorm),
+                        b.add(total, cst(b, DType::F32, 1e-6)));
+    Value *clamped = b.min(coef, cst(b, DType::F32, 1.0));
     for (Value *&gv : grads)
       gv = b.mul(gv, b.cast(clamped, gv->dtype()));
   }
@@ -137,41 +162,48 @@ private:
   Value *sgd(Builder &b, Graph &g, Value *p, Value *grad, Value *lr, Value *step, Keep keep) {
     DType dt = p->dtype();
     if (c_.weightDecay != 0)
-      grad = b.add(grad, b.mul(p, b.constant(dt, c_.weightDecay)));
+      grad = b.add(grad, b.mul(p, cst(b, dt, c_.weightDecay)));
     Value *update = grad;
     if (c_.momentum != 0) {
       Value *buf = addState(g, p->name() + ".momentum_buffer", Tensor(p->type()));
-      Value *running = b.add(b.mul(buf, b.constant(dt, c_.momentum)),
-                             b.mul(grad, b.constant(dt, 1 - c_.dampening)));
+      Value *running = b.add(b.mul(buf, cst(b, dt, c_.momentum)),
+                             b.mul(grad, cst(b, dt, 1 - c_.dampening)));
       // torch starts the buffer as a copy of the first gradient.
-      Value *first = b.equal(step, b.constant(DType::F32, 0));
+      Value *first = once("first", DType::F32,
+                          [&] { return b.equal(step, cst(b, DType::F32, 0)); });
       Value *newBuf = b.where(first, grad, running);
       bindState(g, buf, keep(buf, newBuf));
-      update = c_.nesterov ? b.add(grad, b.mul(newBuf, b.constant(dt, c_.momentum))) : newBuf;
+      update = c_.nesterov ? b.add(grad, b.mul(newBuf, cst(b, dt, c_.momentum))) : newBuf;
     }
-    return b.sub(p, b.mul(update, b.cast(lr, dt)));
+    return b.sub(p, b.mul(update, once("lr", dt, [&] { return b.cast(lr, dt); })));
   }
 
   template <typename Keep>
   Value *adamw(Builder &b, Graph &g, Value *p, Value *grad, Value *lr, Value *t, Keep keep) {
     DType dt = p->dtype();
-    Value *one = b.constant(DType::F32, 1);
+    Value *one = cst(b, DType::F32, 1);
     Value *decayed = p;
     if (c_.weightDecay != 0)
-      decayed = b.mul(p, b.cast(b.sub(one, b.mul(lr, b.constant(DType::F32, c_.weightDecay))), dt));
+      decayed = b.mul(p, once("decay", dt, [&] {
+        return b.cast(b.sub(one, b.mul(lr, cst(b, DType::F32, c_.weightDecay))), dt);
+      }));
     Value *m = addState(g, p->name() + ".exp_avg", Tensor(p->type()));
     Value *v = addState(g, p->name() + ".exp_avg_sq", Tensor(p->type()));
-    Value *newM = b.add(b.mul(m, b.constant(dt, c_.beta1)), b.mul(grad, b.constant(dt, 1 - c_.beta1)));
-    Value *newV = b.add(b.mul(v, b.constant(dt, c_.beta2)),
-                        b.mul(b.mul(grad, grad), b.constant(dt, 1 - c_.beta2)));
+    Value *newM = b.add(b.mul(m, cst(b, dt, c_.beta1)), b.mul(grad, cst(b, dt, 1 - c_.beta1)));
+    Value *newV = b.add(b.mul(v, cst(b, dt, c_.beta2)),
+                        b.mul(b.mul(grad, grad), cst(b, dt, 1 - c_.beta2)));
     bindState(g, m, keep(m, newM));
     bindState(g, v, keep(v, newV));
     // Bias corrections of step t (scalars, fp32).
-    Value *bc1 = b.sub(one, b.pow(b.constant(DType::F32, c_.beta1), t));
-    Value *bc2 = b.sub(one, b.pow(b.constant(DType::F32, c_.beta2), t));
-    Value *stepSize = b.div(lr, bc1);
-    Value *denom = b.add(b.div(b.sqrt(newV), b.cast(b.sqrt(bc2), dt)), b.constant(dt, c_.eps));
-    return b.sub(decayed, b.mul(b.div(newM, denom), b.cast(stepSize, dt)));
+    Value *bc1 = once("bc1", DType::F32,
+                      [&] { return b.sub(one, b.pow(cst(b, DType::F32, c_.beta1), t)); });
+    Value *bc2 = once("bc2", DType::F32,
+                      [&] { return b.sub(one, b.pow(cst(b, DType::F32, c_.beta2), t)); });
+    Value *stepSize = once("step_size_fp32", DType::F32, [&] { return b.div(lr, bc1); });
+    Value *sqrtBc2 = once("sqrt_bc2", dt, [&] { return b.cast(b.sqrt(bc2), dt); });
+    Value *denom = b.add(b.div(b.sqrt(newV), sqrtBc2), cst(b, dt, c_.eps));
+    return b.sub(decayed, b.mul(b.div(newM, denom),
+                                once("step_size", dt, [&] { return b.cast(stepSize, dt); })));
   }
 
   /// BatchNormalization in training mode computes updated running statistics;

@@ -89,9 +89,11 @@ void Value::setData(Tensor t) {
 }
 
 void Value::removeUse(Node *user, unsigned operand) {
-  auto it = std::find(uses_.begin(), uses_.end(), Use{user, operand});
-  assert(it != uses_.end() && "use list out of sync");
-  uses_.erase(it);
+  // From the back: the uses removed are mostly the latest added (dead code
+  // erased in reverse order), and a shared constant can have thousands.
+  auto it = std::find(uses_.rbegin(), uses_.rend(), Use{user, operand});
+  assert(it != uses_.rend() && "use list out of sync");
+  uses_.erase(std::next(it).base());
 }
 
 void Value::replaceAllUsesWith(Value *other) {

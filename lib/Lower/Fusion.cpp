@@ -11,12 +11,20 @@
 
 #include "ampc/rt/FusedOps.h"
 
+#include "llvm/ADT/DenseMap.h"
+
 #include <algorithm>
 #include <unordered_map>
 #include <optional>
 #include <set>
 
 namespace ampc {
+
+/// Node -> position or group: DenseMap, since these maps are probed a few
+/// times per node and edge and std::unordered_map's buckets made fusion the
+/// slowest phase of compiling large graphs.
+using NodeMap = llvm::DenseMap<const Node *, size_t>;
+
 
 namespace {
 
@@ -65,7 +73,7 @@ public:
   static constexpr uint64_t kLargeBytes = 64 * 1024;
 
   LifetimeGuard(const std::vector<const Node *> &order,
-                std::unordered_map<const Node *, size_t> &position, const KeptToEnd &keptToEnd)
+                NodeMap &position, const KeptToEnd &keptToEnd)
       : position_(position), keptToEnd_(keptToEnd), heavyBefore_(order.size() + 1, 0) {
     for (size_t p = 0; p < order.size(); ++p)
       heavyBefore_[p + 1] = heavyBefore_[p] + !isFusableElementwise(*order[p]);
@@ -87,7 +95,7 @@ public:
         size_t lastOther = 0;
         for (const Use &u : v->uses())
           if (!member(u.user) && position_.count(u.user))
-            lastOther = std::max(lastOther, position_.at(u.user));
+            lastOther = std::max(lastOther, position_.find(u.user)->second);
         if (lastOther < to)
           return true;
       }
@@ -95,14 +103,14 @@ public:
   }
 
 private:
-  std::unordered_map<const Node *, size_t> &position_;
+  NodeMap &position_;
   const KeptToEnd &keptToEnd_;
   std::vector<size_t> heavyBefore_;
 };
 
 void mergeSiblings(std::vector<FusionGroup> &groups,
-                   std::unordered_map<const Node *, size_t> &groupOf,
-                   std::unordered_map<const Node *, size_t> &position,
+                   NodeMap &groupOf,
+                   NodeMap &position,
                    const LifetimeGuard &lifetimes, size_t maxNodes, size_t maxInputs) {
   auto last = [&](const FusionGroup &g) { return position[g.nodes.back()]; };
   auto outsideInputs = [&](const FusionGroup &a, const FusionGroup &b) {
@@ -125,7 +133,7 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
   auto relates = [](const Value *v, const Node *reader) {
     return v && (v->type().numElements() > 1 || reader->output()->type().numElements() == 1);
   };
-  std::unordered_map<const Value *, std::vector<const Node *>> readers;
+  llvm::DenseMap<const Value *, std::vector<const Node *>> readers;
   for (const FusionGroup &g : groups)
     for (const Node *n : g.nodes)
       for (const Value *v : n->inputs())
@@ -194,12 +202,12 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
                                           const KeptToEnd &keptToEnd, size_t maxNodes,
                                           size_t maxInputs) {
-  std::unordered_map<const Node *, size_t> position;
+  NodeMap position;
   for (size_t i = 0; i < order.size(); ++i)
     position[order[i]] = i;
 
   std::vector<FusionGroup> groups;
-  std::unordered_map<const Node *, size_t> groupOf;
+  NodeMap groupOf;
   LifetimeGuard lifetimes(order, position, keptToEnd);
 
   // Distinct outside values a group reads if `extra` joined it.

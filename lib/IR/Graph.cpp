@@ -347,6 +347,7 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
     n->addOutput(outName, outputTypes[i]);
   }
   n->self_ = nodes_.insert(insertPos_, std::move(node));
+  orderCacheValid_ = false;
   return n;
 }
 
@@ -363,11 +364,13 @@ void Graph::eraseNode(Node *n) {
   if (insertPos_ == n->self_)
     ++insertPos_;
   nodes_.erase(n->self_);
+  orderCacheValid_ = false;
 }
 
 void Graph::moveBefore(Node *n, Node *pos) {
   auto target = pos ? pos->self_ : nodes_.end();
   nodes_.splice(target, nodes_, n->self_);
+  orderCacheValid_ = false;
 }
 
 void Graph::setInsertionPoint(Node *pos) { insertPos_ = pos ? pos->self_ : nodes_.end(); }
@@ -377,11 +380,14 @@ Node *Graph::insertionPoint() const {
 }
 
 std::vector<Node *> Graph::nodes() const {
-  std::vector<Node *> out;
-  out.reserve(nodes_.size());
-  for (const auto &n : nodes_)
-    out.push_back(n.get());
-  return out;
+  if (!orderCacheValid_) {
+    orderCache_.clear();
+    orderCache_.reserve(nodes_.size());
+    for (const auto &n : nodes_)
+      orderCache_.push_back(n.get());
+    orderCacheValid_ = true;
+  }
+  return orderCache_;
 }
 
 bool Graph::topologicalSort() {
@@ -426,6 +432,7 @@ bool Graph::topologicalSort() {
   for (Node *n : order)
     nodes_.splice(nodes_.end(), nodes_, n->self_);
   insertPos_ = nodes_.end();
+  orderCacheValid_ = false;
   return true;
 }
 

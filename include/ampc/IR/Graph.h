@@ -329,6 +329,11 @@ private:
 
   NodeList nodes_;
   NodeList::iterator insertPos_ = nodes_.end();
+  /// nodes() as a contiguous snapshot, rebuilt after the order changed:
+  /// walking the list touches one allocation per node, and large graphs are
+  /// walked a few times per pass.
+  mutable std::vector<Node *> orderCache_;
+  mutable bool orderCacheValid_ = false;
   std::vector<std::unique_ptr<Value>> ownedValues_; // inputs and initializers
   std::vector<Value *> inputs_;
   std::vector<Value *> initializers_;

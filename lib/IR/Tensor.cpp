@@ -89,9 +89,12 @@ DType dtypeFromOnnx(int32_t onnxType) {
 }
 
 int64_t numElements(const Shape &shape) {
+  // Saturates instead of overflowing: shapes come from untrusted files, and
+  // every caller compares the count against a limit.
   int64_t n = 1;
   for (int64_t d : shape)
-    n *= d;
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      return std::numeric_limits<int64_t>::max();
   return n;
 }
 

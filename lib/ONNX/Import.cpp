@@ -444,6 +444,20 @@ llvm::Error checkGatherElementsShapes(const Node &n) {
   return llvm::Error::success();
 }
 
+/// Transpose's perm must name every axis of its input once (ONNX 1.12's
+/// inference accepts a shorter perm, and the gradient rule then indexed past
+/// it).
+llvm::Error checkTransposePerm(const Node &n) {
+  if (!n.is("Transpose") || !n.input(0) || !n.hasAttr("perm"))
+    return llvm::Error::success();
+  size_t rank = n.input(0)->shape().size();
+  std::vector<int64_t> perm = n.getInts("perm");
+  if (perm.size() == rank)
+    return llvm::Error::success();
+  return makeError("perm has " + std::to_string(perm.size()) + " entries for an input of rank " +
+                   std::to_string(rank));
+}
+
 /// The loss operators' `reduction` is a string the schemas do not check.
 llvm::Error checkLossReduction(const Node &n) {
   if (!n.is("SoftmaxCrossEntropyLoss") && !n.is("NegativeLogLikelihoodLoss"))
@@ -551,7 +565,8 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     Node *n = g->createNode(opType, inputs, outTypes, std::move(attrs), np.name(), domain,
                             outNames);
     // What ONNX 1.12's checker and inference leave unchecked.
-    for (auto check : {checkGemmShapes, checkLossReduction, checkGatherElementsShapes})
+    for (auto check : {checkGemmShapes, checkLossReduction, checkGatherElementsShapes,
+                       checkTransposePerm})
       if (auto err = check(*n))
         return withContext(std::move(err), nodeLabel(np));
     for (unsigned i = 0; i < n->numOutputs(); ++i)
@@ -594,6 +609,8 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
   auto fail = [&](llvm::Error err) { return withContext(std::move(err), displayName); };
   if (!model.has_graph())
     return fail(makeError("the model has no graph"));
+  if (auto err = checkBeforeOnnx(model))
+    return fail(std::move(err));
   if (auto err = checkOpsets(model))
     return fail(std::move(err));
   onnx::GraphProto &graph = *model.mutable_graph();

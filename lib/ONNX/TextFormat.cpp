@@ -390,6 +390,13 @@ llvm::Error TextParser::parseTensorData(onnx::TensorProto &t, const onnx::TypePr
   int64_t count = numElements(shape);
   if (count < 0 || count > (int64_t(1) << 31))
     return error("tensor '" + t.name() + "' is too large for a text literal");
+  // Each value takes at least one character and a separator: a shape larger
+  // than the rest of the text could hold is refused before its storage is
+  // allocated (a 174-byte file asked for 8 GB).
+  int64_t room = static_cast<int64_t>(text_.size() - pos_) / 2 + 1;
+  if (count > room)
+    return error("tensor '" + t.name() + "' has shape " + shapeStr(shape) + ", more values than the " +
+                 "text holds");
   Tensor data(TensorType(dt, shape));
   int64_t n = 0;
   if (!accept('}')) {

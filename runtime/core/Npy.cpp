@@ -442,16 +442,43 @@ uint64_t u64(const std::string &b, size_t at) {
   return load<uint64_t>(reinterpret_cast<const uint8_t *>(b.data() + at));
 }
 
-bool inflateRaw(const std::string &in, size_t size, std::string &out) {
+/// [at, at + len) lies inside a buffer of `size` bytes (no wrap-around:
+/// offsets and lengths come from the file).
+bool within(uint64_t at, uint64_t len, size_t size) { return at <= size && len <= size - at; }
+
+/// Deflate expands its input at most ~1032 times: a claimed size beyond that
+/// is a lie, refused before anything is allocated for it.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+/// Inflates raw deflate data into exactly `size` bytes, in chunks zlib's
+/// 32-bit counters can take.
+bool inflateRaw(const std::string &in, uint64_t size, std::string &out) {
   out.assign(size, '\0');
   z_stream zs{};
   if (inflateInit2(&zs, -MAX_WBITS) != Z_OK)
     return false;
-  zs.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef *>(out.data());
-  zs.avail_out = static_cast<uInt>(size);
-  int rc = inflate(&zs, Z_FINISH);
+  constexpr uint64_t kChunk = 1u << 30;
+  uint64_t inPos = 0, outPos = 0;
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    if (zs.avail_in == 0 && inPos < in.size()) {
+      uint64_t n = std::min<uint64_t>(kChunk, in.size() - inPos);
+      zs.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(in.data() + inPos));
+      zs.avail_in = static_cast<uInt>(n);
+      inPos += n;
+    }
+    if (zs.avail_out == 0) {
+      if (outPos >= size)
+        break; // more data than claimed: refused below
+      uint64_t n = std::min<uint64_t>(kChunk, size - outPos);
+      zs.next_out = reinterpret_cast<Bytef *>(out.data() + outPos);
+      zs.avail_out = static_cast<uInt>(n);
+      outPos += n;
+    }
+    rc = inflate(&zs, inPos < in.size() ? Z_NO_FLUSH : Z_FINISH);
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && inPos >= in.size())
+      break; // input ended before the stream did
+  }
   inflateEnd(&zs);
   return rc == Z_STREAM_END && zs.total_out == size;
 }
@@ -483,16 +510,21 @@ bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std
       return false;
     }
     uint64_t z64 = u64(b, eocd - 20 + 8);
-    if (z64 + 56 > b.size() || u32(b, z64) != 0x06064b50) {
+    if (!within(z64, 56, b.size()) || u32(b, z64) != 0x06064b50) {
       error = path + ": malformed ZIP64 archive";
       return false;
     }
     entries = u64(b, z64 + 32);
     cdOffset = u64(b, z64 + 48);
   }
-  size_t p = cdOffset;
+  // Each entry's central record takes 46 bytes at least.
+  if (entries > b.size() / 46) {
+    error = path + ": malformed central directory";
+    return false;
+  }
+  uint64_t p = cdOffset;
   for (uint64_t e = 0; e < entries; ++e) {
-    if (p + 46 > b.size() || u32(b, p) != 0x02014b50) {
+    if (!within(p, 46, b.size()) || u32(b, p) != 0x02014b50) {
       error = path + ": malformed central directory";
       return false;
     }
@@ -501,34 +533,55 @@ bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std
     uint64_t csize = u32(b, p + 20), usize = u32(b, p + 24);
     uint16_t nameLen = u16(b, p + 28), extraLen = u16(b, p + 30), commentLen = u16(b, p + 32);
     uint64_t local = u32(b, p + 42);
+    if (!within(p + 46, uint64_t(nameLen) + extraLen + commentLen, b.size())) {
+      error = path + ": malformed central directory";
+      return false;
+    }
     std::string name = b.substr(p + 46, nameLen);
     // ZIP64 extra field: the 64-bit values of the fields that are 0xFFFFFFFF.
-    size_t x = p + 46 + nameLen, xend = x + extraLen;
+    uint64_t x = p + 46 + nameLen, xend = x + extraLen;
     while (x + 4 <= xend) {
       uint16_t id = u16(b, x), len = u16(b, x + 2);
+      if (x + 4 + len > xend) {
+        error = path + ": malformed extra field of entry '" + name + "'";
+        return false;
+      }
       if (id == 0x0001) {
-        size_t q = x + 4;
-        if (usize == 0xFFFFFFFF) {
-          usize = u64(b, q);
+        uint64_t q = x + 4, end = x + 4 + len;
+        auto next = [&](uint64_t &field) {
+          if (field != 0xFFFFFFFF)
+            return true;
+          if (q + 8 > end)
+            return false;
+          field = u64(b, q);
           q += 8;
+          return true;
+        };
+        if (!next(usize) || !next(csize) || !next(local)) {
+          error = path + ": malformed ZIP64 field of entry '" + name + "'";
+          return false;
         }
-        if (csize == 0xFFFFFFFF) {
-          csize = u64(b, q);
-          q += 8;
-        }
-        if (local == 0xFFFFFFFF)
-          local = u64(b, q);
       }
       x += 4 + len;
     }
     p = xend + commentLen;
-    if (local + 30 > b.size() || u32(b, local) != 0x04034b50) {
+    if (!within(local, 30, b.size()) || u32(b, local) != 0x04034b50) {
       error = path + ": malformed entry '" + name + "'";
       return false;
     }
-    size_t data = local + 30 + u16(b, local + 26) + u16(b, local + 28);
-    if (data + csize > b.size()) {
+    uint64_t header = uint64_t(u16(b, local + 26)) + u16(b, local + 28);
+    if (!within(local + 30, header, b.size()) || !within(local + 30 + header, csize, b.size())) {
       error = path + ": truncated entry '" + name + "'";
+      return false;
+    }
+    uint64_t data = local + 30 + header;
+    if (method == 8 && usize > csize * kMaxDeflateRatio + 64) {
+      error = path + ": entry '" + name + "' claims " + std::to_string(usize) +
+              " bytes, more than its " + std::to_string(csize) + " compressed bytes can hold";
+      return false;
+    }
+    if (method == 0 && usize != csize) {
+      error = path + ": stored entry '" + name + "' has different sizes";
       return false;
     }
     std::string raw = b.substr(data, csize), member;

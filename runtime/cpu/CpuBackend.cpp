@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -102,6 +103,10 @@ public:
   AlignedBuffer() = default;
   ~AlignedBuffer() { std::free(ptr_); }
   bool allocate(size_t bytes) {
+    // Sizes come from the plan file: one near SIZE_MAX wrapped to 64 bytes
+    // when rounded up, and every step then wrote past it (found by fuzzing).
+    if (bytes > std::numeric_limits<size_t>::max() - 63)
+      return false;
     size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     ptr_ = static_cast<uint8_t *>(std::aligned_alloc(64, rounded));
     if (!ptr_)
@@ -251,14 +256,17 @@ private:
       const plan::Tensor &t = plan_.tensors(i);
       if (t.has_view_of())
         continue;
-      size_t bytes = (rt::planTensorBytes(t) + 63) / 64 * 64;
-      if (t.storage() == plan::STATE) {
-        offset[i] = stateBytes;
-        stateBytes += bytes;
-      } else if (t.storage() == plan::CONSTANT) {
-        offset[i] = constBytes;
-        constBytes += bytes;
+      size_t raw = rt::planTensorBytes(t);
+      size_t bytes = (raw + 63) / 64 * 64;
+      size_t &total = t.storage() == plan::STATE ? stateBytes : constBytes;
+      if (t.storage() != plan::STATE && t.storage() != plan::CONSTANT)
+        continue;
+      if (raw > std::numeric_limits<size_t>::max() - 63 ||
+          __builtin_add_overflow(total, bytes, &total)) {
+        error = "tensor '" + t.name() + "' is too large to allocate";
+        return false;
       }
+      offset[i] = total - bytes;
     }
     if (!arena_.allocate(plan_.memory().arena_bytes()) || !state_.allocate(stateBytes) ||
         !constants_.allocate(constBytes)) {

@@ -178,7 +178,9 @@ std::unique_ptr<Kernel> createTranspose(const StepContext &ctx, std::string &err
   if (perm.empty())
     for (int64_t i = rank - 1; i >= 0; --i)
       perm.push_back(i);
-  if (static_cast<int64_t>(perm.size()) != rank) {
+  // A corrupt plan can give the result another rank: y.shape[d] below would
+  // read past it (found by fuzzing).
+  if (static_cast<int64_t>(perm.size()) != rank || y.rank() != rank) {
     error = "perm does not match the rank";
     return nullptr;
   }

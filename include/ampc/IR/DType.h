@@ -47,6 +47,8 @@ DType dtypeFromOnnx(int32_t onnxType);
 using Shape = std::vector<int64_t>;
 
 /// Number of elements of a static shape (1 for a scalar).
+/// The product of the dims; INT64_MAX when a dim is negative or the product
+/// overflows (shapes come from untrusted files).
 int64_t numElements(const Shape &shape);
 /// "[2,3]" style rendering of a shape.
 std::string shapeStr(const Shape &shape);

@@ -22,6 +22,11 @@ void tensorToProto(const Tensor &t, const std::string &name, onnx::TensorProto &
 Attribute attributeFromProto(const onnx::AttributeProto &a, llvm::Error &err);
 void attributeToProto(const std::string &name, const Attribute &a, onnx::AttributeProto &proto);
 
+/// Checks what ONNX 1.12's checker and shape inference would trust and crash
+/// on (tensor data against dims, window attributes, Transpose perms, outputs
+/// named like inputs): one-line errors naming the tensor or node.
+llvm::Error checkBeforeOnnx(const onnx::ModelProto &model);
+
 /// Imports an in-memory ModelProto (checked, inferred). `displayName` prefixes
 /// error messages; `baseDir` locates external data.
 llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,

@@ -1,0 +1,62 @@
+//===- PlanValidationTest.cpp - Corrupt plans load with an error -----------===//
+//
+// Plans whose fields a fuzzer changed (issue #15): the CPU backend refuses
+// them at load with one error instead of writing out of bounds.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampc/Lower/Lower.h"
+#include "ampc/ONNX/Import.h"
+#include "ampc/rt/Backend.h"
+#include "ampc/rt/Session.h"
+
+#include "plan.pb.h"
+
+#include <gtest/gtest.h>
+
+namespace ampc {
+namespace {
+
+plan::Plan lowerText(const std::string &text) {
+  auto g = importModelText(text, "test");
+  EXPECT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  auto p = lowerToPlan(**g, LowerOptions{});
+  EXPECT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  return std::move(*p);
+}
+
+std::string loadError(const plan::Plan &p) {
+  std::string error;
+  auto session = rt::Session::fromPlan(p, rt::createCpuBackend({1}), error);
+  return session ? std::string() : error;
+}
+
+const char *kTranspose = R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3] x) => (float[3,2] y) { y = Transpose <perm = [1, 0]> (x) })";
+
+/// An arena of 2^64 - 1 bytes wrapped to 64 bytes when rounded up.
+TEST(PlanValidation, ArenaSizeNearSizeMaxIsRefused) {
+  plan::Plan p = lowerText(kTranspose);
+  ASSERT_EQ(loadError(p), "");
+  p.mutable_memory()->set_arena_bytes(~uint64_t(0));
+  EXPECT_NE(loadError(p), "");
+}
+
+/// A Transpose whose result has another rank than its operand read past
+/// the result's shape.
+TEST(PlanValidation, TransposeResultOfAnotherRankIsRefused) {
+  plan::Plan p = lowerText(kTranspose);
+  int y = -1;
+  for (const plan::Step &s : p.programs(0).steps())
+    if (s.op() == "Transpose")
+      y = s.outputs(0);
+  ASSERT_GE(y, 0);
+  plan::Tensor &t = *p.mutable_tensors(y);
+  t.clear_shape();
+  t.add_shape(6); // rank 1, same bytes
+  std::string error = loadError(p);
+  EXPECT_NE(error.find("perm does not match the rank"), std::string::npos) << error;
+}
+
+} // namespace
+} // namespace ampc

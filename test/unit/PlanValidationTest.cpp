@@ -58,5 +58,37 @@ TEST(PlanValidation, TransposeResultOfAnotherRankIsRefused) {
   EXPECT_NE(error.find("perm does not match the rank"), std::string::npos) << error;
 }
 
+const char *kChain = R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[4,8] x, float[8,8] w) => (float[4,8] y) {
+  a = MatMul (x, w)
+  b = Relu (a)
+  c = MatMul (b, w)
+  y = Tanh (c)
+})";
+
+/// Offsets that are not a multiple of the element size made every kernel
+/// load and store misaligned (UBSan).
+TEST(PlanValidation, MisalignedOffsetIsRefused) {
+  plan::Plan p = lowerText(kChain);
+  ASSERT_EQ(loadError(p), "");
+  for (plan::Tensor &t : *p.mutable_tensors())
+    if (t.storage() == plan::ARENA && !t.has_view_of() && t.offset() + 2 + 128 <= p.memory().arena_bytes()) {
+      t.set_offset(t.offset() + 2);
+      break;
+    }
+  EXPECT_NE(loadError(p).find("is misaligned"), std::string::npos) << loadError(p);
+}
+
+/// Every offset set to 0: simultaneously live buffers share bytes (the plan
+/// trained with loss 0 and exit 0).
+TEST(PlanValidation, OverlappingLiveBuffersAreRefused) {
+  plan::Plan p = lowerText(kChain);
+  for (plan::Tensor &t : *p.mutable_tensors())
+    if (t.storage() == plan::ARENA && !t.has_view_of())
+      t.set_offset(0);
+  EXPECT_NE(loadError(p).find("share arena bytes while both are live"), std::string::npos)
+      << loadError(p);
+}
+
 } // namespace
 } // namespace ampc

@@ -12,6 +12,7 @@
 #include "ampc/Pass/Pass.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Support/Error.h"
+#include "ampc/rt/PlanFile.h"
 #include "ampc/rt/Printable.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -479,6 +480,7 @@ void splitParts(llvm::StringRef text, llvm::SmallVectorImpl<llvm::StringRef> &pa
 
 int ampOptMain(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  rt::silenceProtobufLog();
   registerAllPasses();
   std::vector<std::unique_ptr<cl::list<std::string>>> passFlags;
   // cl::desc keeps a StringRef: the texts must outlive option parsing.

@@ -4,6 +4,7 @@
 
 #include "ampc/rt/Npy.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <zlib.h>
 
 #include <cstring>
@@ -390,5 +391,7 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
     }
   return checkArenaLifetimes(p, error);
 }
+
+void silenceProtobufLog() { google::protobuf::SetLogHandler(nullptr); }
 
 } // namespace ampc::rt

@@ -8,6 +8,7 @@
 #include "ampc/rt/Trainer.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "ampc/rt/PlanFile.h"
 #include "llvm/Support/InitLLVM.h"
 
 #include <iostream>
@@ -62,6 +63,7 @@ constexpr int kMaxThreads = 1024;
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  ampc::rt::silenceProtobufLog();
   cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "amp-run (ampc) 0.1.0\n"; });
   cl::HideUnrelatedOptions({&kRun});
   cl::ParseCommandLineOptions(argc, argv, "amp-run: train with an ampc plan\n");

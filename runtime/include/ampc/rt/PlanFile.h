@@ -52,4 +52,8 @@ bool checkTransfer(const plan::Plan &p, int id, size_t bytes, StoredFn stored,
   return true;
 }
 
+/// Stops protobuf from printing its own "[libprotobuf ERROR ...]" lines: every
+/// parse failure is reported by ampc's one-line error, naming the file.
+void silenceProtobufLog();
+
 } // namespace ampc::rt

@@ -30,8 +30,10 @@ namespace ampc {
 
 namespace {
 
-/// ONNX's messages span several lines; ampc's errors are one line.
+/// ONNX's messages span several lines and can run to 400 characters;
+/// ampc's errors are one short line (the node and file come first).
 std::string oneLine(std::string msg) {
+  constexpr size_t kMaxChars = 200;
   std::string out;
   bool space = false;
   for (char c : msg) {
@@ -44,6 +46,8 @@ std::string oneLine(std::string msg) {
     space = false;
     out += c;
   }
+  if (out.size() > kMaxChars)
+    out = out.substr(0, kMaxChars - 3) + "...";
   return out;
 }
 

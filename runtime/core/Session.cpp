@@ -8,9 +8,11 @@
 #include "onnx/onnx_pb.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -135,6 +137,8 @@ std::unique_ptr<Session> Session::open(const std::string &planPath,
   auto s = fromPlan(std::move(p), std::move(backend), error);
   if (!s)
     error = planPath + ": " + error;
+  else
+    s->planPath_ = planPath;
   return s;
 }
 
@@ -291,21 +295,61 @@ bool Session::dumpFileNamesDistinct(const std::string &dir, std::string &error) 
   return true;
 }
 
-bool Session::dumpParameters(const std::string &dir, std::string &error) {
-  if (!dumpFileNamesDistinct(dir, error) || !makeDirs(dir, error))
+namespace {
+
+/// Writes every array into `dir` or none: the files go to a fresh sibling
+/// folder that replaces `dir` by a rename once all are written (a full disk
+/// left some files of a dump and not others).
+bool writeDumpAllOrNothing(const std::string &dir,
+                           const std::vector<std::pair<std::string, HostArray>> &arrays,
+                           std::string &error) {
+  namespace fs = std::filesystem;
+  std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!makeDirs(tmp, error))
     return false;
-  for (const plan::Parameter &p : plan_.parameters()) {
-    HostArray a;
-    if (!readTensor(p.state(), a, error) ||
-        !writeNpy(dir + "/" + safeFileName(p.onnx_name()) + ".npy", a, error))
+  for (const auto &[name, a] : arrays)
+    if (!writeNpy(tmp + "/" + name + ".npy", a, error)) {
+      fs::remove_all(tmp, ec);
+      error = dir + ": the dump was not written (" + error + ")";
       return false;
+    }
+  std::string old = dir + ".old." + std::to_string(::getpid());
+  bool hadOld = fs::exists(dir, ec);
+  if (hadOld)
+    fs::rename(dir, old, ec);
+  if (!ec)
+    fs::rename(tmp, dir, ec);
+  if (ec) {
+    fs::remove_all(tmp, ec);
+    error = dir + ": cannot put the dump in place (" + ec.message() + ")";
+    return false;
   }
+  if (hadOld)
+    fs::remove_all(old, ec);
   return true;
 }
 
-bool Session::dumpGradients(const std::string &dir, std::string &error) {
-  if (!dumpFileNamesDistinct(dir, error) || !makeDirs(dir, error))
+} // namespace
+
+bool Session::dumpParameters(const std::string &dir, std::string &error) {
+  if (!dumpFileNamesDistinct(dir, error))
     return false;
+  std::vector<std::pair<std::string, HostArray>> arrays;
+  for (const plan::Parameter &p : plan_.parameters()) {
+    HostArray a;
+    if (!readTensor(p.state(), a, error))
+      return false;
+    arrays.emplace_back(safeFileName(p.onnx_name()), std::move(a));
+  }
+  return writeDumpAllOrNothing(dir, arrays, error);
+}
+
+bool Session::dumpGradients(const std::string &dir, std::string &error) {
+  if (!dumpFileNamesDistinct(dir, error))
+    return false;
+  std::vector<std::pair<std::string, HostArray>> arrays;
   for (const plan::Parameter &p : plan_.parameters()) {
     if (p.grad() < 0)
       continue;
@@ -314,10 +358,9 @@ bool Session::dumpGradients(const std::string &dir, std::string &error) {
       return false;
     if (plan_.tensors(p.grad()).type() != plan_.tensors(p.state()).type())
       widenToFloat(a);
-    if (!writeNpy(dir + "/" + safeFileName(p.onnx_name()) + ".npy", a, error))
-      return false;
+    arrays.emplace_back(safeFileName(p.onnx_name()), std::move(a));
   }
-  return true;
+  return writeDumpAllOrNothing(dir, arrays, error);
 }
 
 namespace {
@@ -351,7 +394,7 @@ int onnxDataType(ElemType t) {
 bool Session::exportOnnx(const std::string &path, std::string &error) {
   onnx::ModelProto model;
   if (plan_.original_model().empty() || !model.ParseFromString(plan_.original_model())) {
-    error = "the plan carries no ONNX model to export";
+    error = planPath_ + ": the plan carries no ONNX model to export";
     return false;
   }
   std::map<std::string, int> trained;

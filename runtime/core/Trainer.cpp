@@ -7,12 +7,17 @@
 #include "ampc/rt/Printable.h"
 #include "ampc/rt/Session.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <map>
 #include <numeric>
@@ -22,6 +27,45 @@
 namespace ampc::rt {
 
 namespace {
+
+/// Temporaries of atomic writes ("<file>.tmp.<pid>") whose process is gone:
+/// a run killed while it wrote a checkpoint left one behind.
+void removeStaleTemporaries(const std::string &dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto &entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos)
+      continue;
+    char *end = nullptr;
+    long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+    if (*end || pid <= 0)
+      continue;
+    bool alive = ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+    if (!alive) // a live process may be writing it
+      fs::remove(entry.path(), ec);
+  }
+}
+
+/// A resumed run keeps the metrics of the steps up to its checkpoint: the
+/// steps after it, written before the interruption, run again and would
+/// appear twice.
+bool trimMetrics(const std::string &path, int64_t step, std::string &error) {
+  std::ifstream in(path);
+  if (!in)
+    return true; // no metrics yet
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    size_t at = line.find("\"step\": ");
+    if (at == std::string::npos)
+      continue;
+    if (std::strtoll(line.c_str() + at + 8, nullptr, 10) <= step)
+      kept += line + "\n";
+  }
+  return writeFileAtomic(path, kept, error, Durability::ProcessCrash);
+}
+
 
 using Clock = std::chrono::steady_clock;
 
@@ -283,6 +327,11 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
       out << "resumed from " << opts.resumeDir << " at step " << counters["step"] << "\n";
   }
 
+  if (!opts.checkpointDir.empty())
+    removeStaleTemporaries(opts.checkpointDir);
+  if (!opts.resumeDir.empty() && !opts.metricsPath.empty() &&
+      !trimMetrics(opts.metricsPath, counters["step"], error))
+    return fail(error);
   std::unique_ptr<FILE, int (*)(FILE *)> metrics(nullptr, fclose);
   if (!opts.metricsPath.empty()) {
     metrics.reset(std::fopen(opts.metricsPath.c_str(), opts.resumeDir.empty() ? "w" : "a"));

@@ -74,6 +74,8 @@ private:
   Session() = default;
 
   plan::Plan plan_;
+  /// The file the plan came from ("the plan" when built in memory), for errors.
+  std::string planPath_ = "the plan";
   std::unique_ptr<Backend> backend_;
   std::vector<std::map<std::string, bool>> fed_;
 };

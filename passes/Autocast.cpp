@@ -435,7 +435,8 @@ void search(FloatNode *root, bool down, bool up, const std::function<bool(FloatN
   std::vector<std::pair<FloatNode *, FloatNode *>> stack{{root, nullptr}};
   std::unordered_set<FloatNode *> seen{root};
   while (!stack.empty()) {
-    auto [f, parent] = stack.back();
+    auto [top, parent] = stack.back();
+    FloatNode *f = top; // clang 14 cannot capture a structured binding
     stack.pop_back();
     visit(f, parent);
     auto push = [&](const std::vector<FloatNode *> &next) {

@@ -7,7 +7,7 @@ import lit.formats
 config.name = "ampc"
 config.test_format = lit.formats.ShTest(execute_external=True)
 config.suffixes = [".onnxtxt", ".test"]
-config.excludes = ["Inputs", "fixtures", "unit", "CMakeLists.txt", "lit.cfg.py",
+config.excludes = ["Inputs", "fixtures", "unit", "corpus", "fuzz", "CMakeLists.txt", "lit.cfg.py",
                    "lit.site.cfg.py.in"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.ampc_obj_root, "test")

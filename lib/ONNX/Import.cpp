@@ -352,6 +352,12 @@ llvm::Error runChecker(onnx::ModelProto &model) {
     return makeError("invalid model: " + oneLine(e.what()));
   }
   try {
+    // First without data propagation: ONNX 1.12 propagated the data of a
+    // Shape whose operand had failed inference and crashed (found by
+    // fuzzing); a model that infers cleanly is then propagated.
+    onnx::ShapeInferenceOptions types(/*check_type=*/true, /*strict_mode=*/1,
+                                      /*data_prop=*/false);
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), types);
     onnx::ShapeInferenceOptions options(/*check_type=*/true, /*strict_mode=*/1,
                                         /*data_prop=*/true);
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), options);
@@ -614,6 +620,10 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
   if (!model.has_graph())
     return fail(makeError("the model has no graph"));
   if (auto err = checkBeforeOnnx(model))
+    return fail(std::move(err));
+  // Undefined operands and outputs before ONNX's version converter, which
+  // crashed on a graph output no node produces (found by fuzzing).
+  if (auto err = checkStructure(*model.mutable_graph()))
     return fail(std::move(err));
   if (auto err = checkOpsets(model))
     return fail(std::move(err));

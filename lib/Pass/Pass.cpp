@@ -153,8 +153,9 @@ llvm::Expected<PassOptions> PassOptions::parse(llvm::StringRef passName,
   }
   for (const std::string &item : items) {
     auto [key, value] = llvm::StringRef(item).split('=');
+    llvm::StringRef name = key; // clang 14 cannot capture a structured binding
     auto spec = std::find_if(specs.begin(), specs.end(),
-                             [&](const OptionSpec &s) { return s.name == key; });
+                             [&](const OptionSpec &s) { return s.name == name; });
     if (spec == specs.end()) {
       std::vector<std::string> names;
       for (const auto &s : specs)

@@ -489,6 +489,11 @@ bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std
   std::string b;
   if (!readFile(path, b, error))
     return false;
+  return parseNpz(b, path, out, error);
+}
+
+bool parseNpz(const std::string &b, const std::string &path, std::map<std::string, HostArray> &out,
+              std::string &error) {
   // End of central directory: scan back over a possible comment.
   size_t eocd = std::string::npos;
   if (b.size() >= 22)

@@ -681,7 +681,9 @@ std::unique_ptr<Kernel> createPad(const StepContext &ctx, std::string &error) {
           off += s * xs[d];
         }
         uint8_t *out = static_cast<uint8_t *>(y.data) + r * yl * es;
-        const uint8_t *in = static_cast<const uint8_t *>(x.data) + off * es;
+        // A pad row has no source: its offset may be negative, and even
+        // forming that pointer is undefined (UBSan).
+        const uint8_t *in = padRow ? nullptr : static_cast<const uint8_t *>(x.data) + off * es;
         const std::vector<int64_t> &last = src[rank - 1];
         for (int64_t k = 0; k < yl; ++k) {
           if (padRow || last[k] < 0)

@@ -61,7 +61,9 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
   int64_t slice = s.len * s.inner;
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
-  int64_t perRange = 3 * slice + 4 * s.inner + 32; // colB holds int64 for Hardmax
+  // colB holds int64 for Hardmax: every block starts at an even float
+  // offset, so it is 8-byte aligned (UBSan found it misaligned).
+  int64_t perRange = (3 * slice + 4 * s.inner + 32 + 1) & ~int64_t(1);
   size_t off = layout.add<float>(perRange * ctx.pool.size());
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
@@ -70,7 +72,8 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
     pool.parallelFor(s.outer, minSlices, [&](int64_t o0, int64_t o1, int range) {
       float *buf = at<float>(scratch->data(), off) + range * perRange;
       float *aBuf = buf, *bBuf = buf + slice, *yBuf = buf + 2 * slice;
-      float *colA = buf + 3 * slice, *colB = colA + s.inner;
+      float *colA = buf + ((3 * slice + 1) & ~int64_t(1));
+      float *colB = colA + ((s.inner + 1) & ~int64_t(1));
       const int64_t L = s.len, I = s.inner;
       for (int64_t o = o0; o < o1; ++o) {
         const float *x = rowIn(a, o * slice, slice, aBuf);

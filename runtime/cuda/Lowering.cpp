@@ -185,7 +185,9 @@ public:
   template <typename T> T *alloc(int64_t count) {
     size_t off = used_;
     used_ += alignUp(static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T));
-    return reinterpret_cast<T *>(base_ + off);
+    // Integer arithmetic: the sizing pass runs with a null base, and offsetting
+    // a null pointer is undefined (UBSan).
+    return reinterpret_cast<T *>(reinterpret_cast<uintptr_t>(base_) + off);
   }
   size_t used() const { return used_; }
 

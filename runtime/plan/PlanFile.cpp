@@ -133,7 +133,11 @@ bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error) {
   }
   std::ostringstream ss;
   ss << in.rdbuf();
-  std::string bytes = ss.str();
+  return parsePlanBytes(ss.str(), path, p, error);
+}
+
+bool parsePlanBytes(const std::string &bytes, const std::string &path, plan::Plan &p,
+                    std::string &error) {
   if (bytes.size() < kPlanHeaderSize || std::memcmp(bytes.data(), kMagic, 8) != 0) {
     error = path + ": not an ampc plan file";
     return false;

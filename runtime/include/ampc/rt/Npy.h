@@ -44,6 +44,9 @@ bool writeNpy(const std::string &path, const HostArray &a, std::string &error);
 
 /// Reads every array of an uncompressed .npz archive, keyed by name (no ".npy").
 bool readNpz(const std::string &path, std::map<std::string, HostArray> &out, std::string &error);
+/// The same from the archive's bytes in memory (`path` names it in errors).
+bool parseNpz(const std::string &bytes, const std::string &path,
+              std::map<std::string, HostArray> &out, std::string &error);
 /// Writes an uncompressed .npz archive atomically.
 bool writeNpz(const std::string &path, const std::map<std::string, HostArray> &arrays,
               std::string &error);

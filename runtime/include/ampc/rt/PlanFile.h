@@ -19,6 +19,9 @@ bool writePlanFile(const std::string &path, const plan::Plan &p, std::string &er
 /// Reads and checks a plan file: magic, version, size, checksum, then
 /// validatePlan. Errors are one line starting with the path.
 bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error);
+/// The same from a plan file's bytes in memory (`path` names it in errors).
+bool parsePlanBytes(const std::string &bytes, const std::string &path, plan::Plan &p,
+                    std::string &error);
 
 /// Structural checks: tensor ids in range, sizes consistent with shapes and
 /// element types, arena buffers inside the arena, state and constant data of

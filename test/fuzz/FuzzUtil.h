@@ -1,0 +1,27 @@
+//===- FuzzUtil.h - Shared pieces of the libFuzzer targets ------*- C++ -*-===//
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ampc {
+class Graph;
+}
+
+namespace ampc::fuzz {
+
+/// Inputs larger than this are skipped: the targets look for crashes in the
+/// checks, and large inputs only slow the search.
+inline constexpr size_t kMaxInput = 1 << 20;
+
+/// Runs the training pipeline of amp-opt --train (canonicalize, decompose,
+/// autodiff, loss-scale, AdamW, canonicalize, remat) on an imported graph and
+/// lowers it to a plan, ignoring errors: bad models must fail with an
+/// llvm::Error, never a crash.
+void compileForTraining(Graph &g);
+
+/// A directory of its own for file-based targets (checkpoints), made once.
+const std::string &scratchDir();
+
+} // namespace ampc::fuzz

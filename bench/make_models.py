@@ -66,6 +66,17 @@ def export_conv_net(outdir):
     np.save(os.path.join(outdir, "conv_target.npy"), t.numpy())
 
 
+def save_generated(path, name, nodes, inits, last, width):
+    """A generated graph with input [8, width] and the mean of `last` as its loss."""
+    nodes.append(helper.make_node("ReduceMean", [last], ["loss"], keepdims=0))
+    graph = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, width])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
 def chain_model(path, blocks):
     """A residual chain: each block is MatMul, Add, Relu, Mul, Add (5 nodes)."""
     rng = np.random.default_rng(0)
@@ -85,13 +96,7 @@ def chain_model(path, blocks):
             helper.make_node("Add", ["p%d" % i, prev], ["h%d" % i]),
         ]
         prev = "h%d" % i
-    nodes.append(helper.make_node("ReduceMean", [prev], ["loss"], keepdims=0))
-    graph = helper.make_graph(nodes, "chain",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, width])],
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    save_generated(path, "chain", nodes, inits, prev, width)
 
 
 def residual_mlp(path, blocks, width=16):
@@ -117,13 +122,7 @@ def residual_mlp(path, blocks, width=16):
             helper.make_node("Add", ["r%d" % i, prev], ["h%d" % i]),
         ]
         prev = "h%d" % i
-    nodes.append(helper.make_node("ReduceMean", [prev], ["loss"], keepdims=0))
-    graph = helper.make_graph(nodes, "residual_mlp",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [8, width])],
-                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    save_generated(path, "residual_mlp", nodes, inits, prev, width)
 
 
 def main():

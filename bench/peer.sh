@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
-# ampc against current PyTorch (eager and torch.compile) on the CPU: bench/peer.py in a venv
-# with torch from PyPI (AMPC_TORCH_VENV, default build/torch-venv). Needs a Release build.
+# ampc against current PyTorch (eager and torch.compile) on the CPU: bench/peer.py with torch
+# from PyPI (scripts/torch-venv.sh). Needs a Release build (scripts/build.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${AMPC_TORCH_VENV:-$root/build/torch-venv}
+python=$("$root/scripts/torch-venv.sh" torch onnx onnxscript)
 unset OPENBLAS_CORETYPE
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -c "import torch, onnx" 2>/dev/null || "$venv/bin/pip" install -q torch onnx onnxscript
-exec "$venv/bin/python" "$root/bench/peer.py" "$@"
+exec "$python" "$root/bench/peer.py" "$@"

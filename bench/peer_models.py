@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "fixtures"))
 import torch2_models  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_models import WideMLP  # noqa: E402  (the wide MLP of bench/run.py)
 
 
 class BasicBlock(nn.Module):
@@ -47,19 +49,6 @@ class ResNet20(nn.Module):
     def forward(self, x, target):
         h = self.layers(self.stem(x)).mean(dim=(2, 3))
         return F.cross_entropy(self.fc(h), target)
-
-
-class WideMLP(nn.Module):
-    def __init__(self, width=1024, depth=3, classes=10):
-        super().__init__()
-        dims = [width] * (depth + 1)
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims, dims[1:]))
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, x, target):
-        for layer in self.layers:
-            x = F.relu(layer(x))
-        return F.cross_entropy(self.head(x), target)
 
 
 def build(name):

@@ -304,8 +304,16 @@ void Tensor::setDouble(int64_t i, double v) {
   case DType::I64:
   case DType::I32:
   case DType::I8:
-  case DType::U8:
-    return setInt(i, static_cast<int64_t>(roundToDType(v, type_.dtype)));
+  case DType::U8: {
+    // Saturating: converting a double outside int64's range is undefined
+    // (UBSan, on an ONNX text literal found by fuzzing); NaN becomes 0.
+    double r = roundToDType(v, type_.dtype);
+    int64_t n = std::isnan(r)        ? 0
+                : r >= 0x1p63        ? std::numeric_limits<int64_t>::max()
+                : r < -0x1p63        ? std::numeric_limits<int64_t>::min()
+                                     : static_cast<int64_t>(r);
+    return setInt(i, n);
+  }
   case DType::Undefined:
     break;
   }

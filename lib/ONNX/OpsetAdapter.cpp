@@ -237,6 +237,11 @@ llvm::Error adaptToOpset17(onnx::ModelProto &model, int64_t opset) {
       nodes.push_back(n);
       continue;
     }
+    // Every rewrite reads the first operand and result; the checker that
+    // would catch a node without them runs after (found by fuzzing).
+    if (n.input_size() < 1 || n.input(0).empty() || n.output_size() < 1 || n.output(0).empty())
+      return formatError("{0}: {1}-{2} needs an operand and a result", nodeLabel(n),
+                         n.op_type(), version);
     if (auto err = rule->rewrite(ctx, n, nodes))
       return withContext(std::move(err), nodeLabel(n) + ", " + n.op_type() + "-" +
                                              std::to_string(version));

@@ -271,6 +271,28 @@ bool sliceParams(const StepContext &ctx, unsigned first, const std::vector<int64
   return true;
 }
 
+/// A slice of `sliced` shape read from (or scattered into) `full` with these
+/// starts and steps stays inside `full`: a corrupt plan's shapes made the
+/// strided copy read past its operand (found by ampc-fuzz-plan).
+bool sliceFits(const std::vector<int64_t> &full, const std::vector<int64_t> &sliced,
+               const std::vector<int64_t> &begin, const std::vector<int64_t> &step,
+               std::string &error) {
+  if (sliced.size() != full.size()) {
+    error = "the slice's rank differs from its operand's";
+    return false;
+  }
+  for (size_t d = 0; d < full.size(); ++d) {
+    if (sliced[d] == 0)
+      continue;
+    int64_t last = begin[d] + (sliced[d] - 1) * step[d];
+    if (begin[d] < 0 || begin[d] >= full[d] || last < 0 || last >= full[d]) {
+      error = "the slice does not fit its operand on axis " + std::to_string(d);
+      return false;
+    }
+  }
+  return true;
+}
+
 std::unique_ptr<Kernel> createSlice(const StepContext &ctx, std::string &error) {
   if (!oneInOneOut(ctx, error))
     return nullptr;
@@ -280,6 +302,8 @@ std::unique_ptr<Kernel> createSlice(const StepContext &ctx, std::string &error) 
     return nullptr;
   if (y.numel == 0)
     return std::make_unique<LambdaKernel>([] {});
+  if (!sliceFits(x.shape, y.shape, begin, step, error))
+    return nullptr;
   StridedCopy sc;
   sc.es = elemBytes(x.type);
   std::vector<int64_t> xs = stridesOf(x.shape);
@@ -297,6 +321,8 @@ std::unique_ptr<Kernel> createSliceGrad(const StepContext &ctx, std::string &err
   const TensorArg &dy = ctx.inputs[0], &dx = ctx.outputs[0];
   std::vector<int64_t> begin, step;
   if (!sliceParams(ctx, 1, dx.shape, begin, step, error))
+    return nullptr;
+  if (dy.numel != 0 && !sliceFits(dx.shape, dy.shape, begin, step, error))
     return nullptr;
   StridedCopy sc;
   sc.es = elemBytes(dx.type);

@@ -114,8 +114,15 @@ KernelResult convKernel(const KernelContext &ctx) {
   const Tensor &x = *ctx.in(0), &w = *ctx.in(1);
   const Tensor *bias = ctx.in(2);
   Tensor y = ctx.out();
+  if (x.shape().size() < 3 || w.shape().size() != x.shape().size() ||
+      y.shape().size() != x.shape().size())
+    return ctx.error("operand ranks do not fit a convolution");
   int64_t N = x.shape()[0], C = x.shape()[1], M = w.shape()[0];
   int64_t group = ctx.node.getInt("group", 1);
+  if (group < 1 || C % group != 0 || M % group != 0 || w.shape()[1] != C / group ||
+      y.shape()[1] != M || (bias && bias->size() != M))
+    return ctx.error("operand shapes do not fit a convolution of " + std::to_string(group) +
+                     " groups");
   int64_t cPerG = C / group, mPerG = M / group;
   size_t s = x.shape().size() - 2;
   Shape inSp(x.shape().begin() + 2, x.shape().end()), outSp(y.shape().begin() + 2, y.shape().end());

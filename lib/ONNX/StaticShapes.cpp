@@ -15,12 +15,14 @@
 
 #include "ampc/Interpreter/Interpreter.h"
 #include "ampc/ONNX/ProtoConversion.h"
+#include "ampc/ONNX/TypeInference.h"
 #include "ampc/Support/Error.h"
 
 #include "onnx/defs/schema.h"
 #include "onnx/shape_inference/implementation.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 namespace ampc {
 
@@ -68,9 +70,19 @@ bool hasUnknownTypes(const onnx::GraphProto &g) {
   return false;
 }
 
-bool isRandom(const onnx::NodeProto &n) {
-  return n.op_type() == "Dropout" || n.op_type().rfind("Random", 0) == 0 ||
-         n.op_type() == "Multinomial" || n.op_type() == "Bernoulli";
+/// The operators of shape subgraphs. Only these are evaluated: the rest
+/// (Conv, pooling, norms, random ops) never compute a shape, and the
+/// interpreter's kernels for them trust operands that only the strict
+/// verification after this step guarantees.
+bool computesShapes(const onnx::NodeProto &n) {
+  static const std::unordered_set<std::string> ops = {
+      "Abs", "Add", "And", "Cast", "Ceil", "Clip", "Concat", "Constant", "ConstantOfShape",
+      "CumSum", "Div", "Equal", "Expand", "Flatten", "Floor", "Gather", "GatherElements",
+      "Greater", "GreaterOrEqual", "Identity", "Less", "LessOrEqual", "Max", "Min", "Mod",
+      "Mul", "Neg", "Not", "Or", "Pow", "Range", "ReduceMax", "ReduceMin", "ReduceProd",
+      "ReduceSum", "Reshape", "Round", "Shape", "Sign", "Size", "Slice", "Split", "Sqrt",
+      "Squeeze", "Sub", "Sum", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"};
+  return n.domain().empty() && ops.count(n.op_type());
 }
 
 /// Evaluates computable nodes of a scratch model, turning their results into
@@ -126,7 +138,7 @@ private:
   /// The node's results when all its operands are known (Shape and Size need
   /// only a static operand type); empty when it cannot be evaluated.
   llvm::Expected<std::vector<Tensor>> tryEvaluate(const onnx::NodeProto &np) {
-    if (isRandom(np) || !np.domain().empty() || !hasKernel("", np.op_type()))
+    if (!computesShapes(np) || !hasKernel("", np.op_type()))
       return std::vector<Tensor>{};
     std::vector<TensorType> outTypes;
     for (const auto &o : np.output()) {
@@ -149,7 +161,8 @@ private:
         continue;
       }
       if (const Tensor *t = known(in)) {
-        inputs.push_back(scratch_.addInput("in", t->type()));
+        // An initializer, so that the schema's inference below sees the data.
+        inputs.push_back(scratch_.addInitializer("in", *t, /*constant=*/true));
         data.push_back(t);
         continue;
       }
@@ -170,7 +183,14 @@ private:
         return std::move(err);
     }
     Node *n = scratch_.createNode(np.op_type(), inputs, outTypes, std::move(attrs), np.name());
-    auto results = evaluateNode(*n, data);
+    // The interpreter's kernels trust a verified node (operand ranks, attribute
+    // ranges); a malformed model's node that non-strict inference let through
+    // is left to the strict run, which reports it.
+    llvm::Expected<std::vector<Tensor>> results = std::vector<Tensor>{};
+    if (llvm::Error err = verifyNodeTypes(*n))
+      results = std::move(err);
+    else
+      results = evaluateNode(*n, data);
     for (unsigned i = 0; i < n->numInputs(); ++i)
       n->setInput(i, nullptr);
     scratch_.eraseNode(n);

@@ -147,24 +147,29 @@ llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,
   return n;
 }
 
-llvm::Error verifyTypes(const Graph &g) {
-  for (const Node *n : g.nodes()) {
-    auto types = inferPartial(*n);
-    if (!types)
-      return types.takeError();
-    for (unsigned i = 0; i < n->numOutputs(); ++i) {
-      const Value *v = n->output(i);
-      const PartialType &p = (*types)[i];
-      if (!v)
-        continue;
-      bool dtypeOk = p.dtype == DType::Undefined || p.dtype == v->dtype();
-      bool shapeOk = !p.shape || *p.shape == v->shape();
-      if (!dtypeOk || !shapeOk)
-        return makeError(label(*n) + ": result '" + v->name() + "' is recorded as " +
-                         v->type().str() + " but the operator gives " +
-                         std::string(dtypeName(p.dtype)) + (p.shape ? shapeStr(*p.shape) : "[?]"));
-    }
+llvm::Error verifyNodeTypes(const Node &n) {
+  auto types = inferPartial(n);
+  if (!types)
+    return types.takeError();
+  for (unsigned i = 0; i < n.numOutputs(); ++i) {
+    const Value *v = n.output(i);
+    const PartialType &p = (*types)[i];
+    if (!v)
+      continue;
+    bool dtypeOk = p.dtype == DType::Undefined || p.dtype == v->dtype();
+    bool shapeOk = !p.shape || *p.shape == v->shape();
+    if (!dtypeOk || !shapeOk)
+      return makeError(label(n) + ": result '" + v->name() + "' is recorded as " +
+                       v->type().str() + " but the operator gives " +
+                       std::string(dtypeName(p.dtype)) + (p.shape ? shapeStr(*p.shape) : "[?]"));
   }
+  return llvm::Error::success();
+}
+
+llvm::Error verifyTypes(const Graph &g) {
+  for (const Node *n : g.nodes())
+    if (auto err = verifyNodeTypes(*n))
+      return err;
   return llvm::Error::success();
 }
 

@@ -26,6 +26,10 @@ llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,
                                           unsigned numOutputs = 1,
                                           const std::vector<std::string> &outputNames = {});
 
+/// Checks one node's result types against its schema's inference (operand
+/// types, attributes and constant operands); an error names the node.
+llvm::Error verifyNodeTypes(const Node &n);
+
 /// Checks every node's result types against its schema's inference.
 llvm::Error verifyTypes(const Graph &g);
 

@@ -6,8 +6,14 @@
   chain_<n>.onnx      the same family at other sizes, to check linear growth
   conv_net.onnx       three 3x3 convolutions 64 -> 128 -> 128 -> 64 on 32x32, batch 8, MSE
                       (with conv_input.npy, conv_target.npy: bf16 convolutions, --bf16-conv)
+  residual_mlp_<n>.onnx  a generated residual MLP of n nodes, 12,000 parameters at 10,000
+  gpt2_small.onnx     GPT-2 small sized decoder (12 layers, d=768, 12 heads, vocab 50257, tied
+                      head, 124M parameters), seq 128, batch 4, and its .npz; only with --gpt2
+                      (500 MB; exported by ampc.export, so run it with a current torch:
+                      $(scripts/torch-venv.sh torch onnx) bench/make_models.py OUT --gpt2)
+  gpt2_medium.onnx    GPT-2 medium sized (24 layers, d=1024, 16 heads, 355M parameters); --gpt2
 
-Usage: /usr/bin/python3 bench/make_models.py OUTDIR
+Usage: /usr/bin/python3 bench/make_models.py OUTDIR [--gpt2]
 """
 import os
 import sys
@@ -125,9 +131,33 @@ def residual_mlp(path, blocks, width=16):
     save_generated(path, "residual_mlp", nodes, inits, prev, width)
 
 
+GPT2_SIZES = {"small": dict(layers=12, d=768, heads=12), "medium": dict(layers=24, d=1024, heads=16)}
+
+
+def export_gpt2(path, size, seq=128, batch=4):
+    """A GPT-2-sized decoder with its loss, seed 0, exported by ampc.export (python/ampc) with
+    the torch this runs under (scripts/torch-venv.sh's for bench/peer.sh)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.join(here, "..", "test", "fixtures"), os.path.join(here, "..", "python")]
+    import ampc
+    import torch2_models
+    torch.manual_seed(0)
+    model = torch2_models.Decoder(vocab=50257, seq=seq, **GPT2_SIZES[size])
+    x = torch.randint(0, 50257, (batch, seq))
+    target = torch.roll(x, -1, 1)
+    ampc.export(model, (x, target), path)
+    np.savez(path.replace(".onnx", ".npz"), x=x.numpy(), target=target.numpy())
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "bench/out"
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = args[0] if args else "bench/out"
     os.makedirs(out, exist_ok=True)
+    if "--gpt2" in sys.argv:
+        for size in GPT2_SIZES:
+            export_gpt2(os.path.join(out, "gpt2_%s.onnx" % size), size)
+        print("GPT-2 models written to", out)
+        return
     export_wide_mlp(os.path.join(out, "wide_mlp.onnx"))
     export_conv_net(out)
     for blocks in (250, 500, 1000, 2000, 4000, 8000):

@@ -15,6 +15,8 @@
 #include "ampc/rt/PlanFile.h"
 #include "ampc/rt/Printable.h"
 
+#include "onnx/onnx_pb.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -334,7 +336,7 @@ bool emitsPlan() { return defaultEmit() == "plan" || defaultEmit() == "plan-text
 /// What the plan needs from the model as imported, before any pass runs.
 struct ImportedModel {
   std::vector<std::string> parameters;
-  std::string bytes;
+  std::shared_ptr<onnx::ModelProto> model; // checked
 };
 
 llvm::Expected<ImportedModel> snapshotImport(const Graph &g) {
@@ -342,10 +344,10 @@ llvm::Expected<ImportedModel> snapshotImport(const Graph &g) {
   for (const Value *v : g.initializers())
     if (v->isParameter())
       m.parameters.push_back(v->name());
-  auto bytes = serializeModel(g, ModelFormat::Binary);
-  if (!bytes)
-    return bytes.takeError();
-  m.bytes = std::move(*bytes);
+  m.model = std::make_shared<onnx::ModelProto>();
+  graphToModelProto(g, *m.model);
+  if (auto err = checkModelProto(*m.model))
+    return std::move(err);
   return m;
 }
 
@@ -370,12 +372,20 @@ llvm::Timer *timerFor(llvm::StringRef name) {
 llvm::Expected<std::string> emitPlan(const Graph &g, const ImportedModel &imported) {
   LowerOptions opts;
   opts.modelParameters = imported.parameters;
-  opts.originalModel = imported.bytes;
   opts.info.push_back({"precision", precision.empty() ? "fp32" : precision.getValue()});
   opts.timerFor = timerFor;
   auto p = lowerToPlan(g, opts);
   if (!p)
     return p.takeError();
+  // The model for --export-onnx: the trained parameters' values are the
+  // plan's state, so the model keeps their names, types and dims only.
+  std::vector<std::string> trained;
+  for (const plan::Parameter &param : p->parameters())
+    trained.push_back(param.onnx_name());
+  auto model = serializeWithoutData(*imported.model, trained);
+  if (!model)
+    return model.takeError();
+  p->set_original_model(std::move(*model));
   if (defaultEmit() == "plan") {
     llvm::TimeRegion region(timerFor("serialize the plan"));
     return serializePlanFile(*p);

@@ -71,7 +71,6 @@ public:
         (*p_.mutable_info())[k.substr(std::strlen(kInfoPrefix))] = v;
     for (const auto &[k, v] : opts_.info)
       (*p_.mutable_info())[k] = v;
-    p_.set_original_model(opts_.originalModel);
     for (const StateBinding &b : g_.stateBindings) {
       stateOf_[b.state] = b.updated;
       updatedStates_.insert(b.updated);
@@ -134,7 +133,15 @@ private:
   }
 
   static void setData(plan::Tensor &t, const Tensor &data) {
-    t.set_data(std::string(reinterpret_cast<const char *>(data.data()), data.byteSize()));
+    const char *bytes = reinterpret_cast<const char *>(data.data());
+    size_t size = data.byteSize();
+    // State that starts at zero (optimizer moments, accumulators, counters)
+    // is not stored: the runtime zeroes it.
+    if (t.storage() == plan::STATE && std::all_of(bytes, bytes + size, [](char c) { return c == 0; })) {
+      t.set_zero_init(true);
+      return;
+    }
+    t.set_data(std::string(bytes, size));
   }
 
   /// The tensor a view ultimately refers to.
@@ -954,7 +961,7 @@ llvm::Expected<plan::Plan> lowerToPlan(const Graph &g, const LowerOptions &opts)
   return Lowering(g, opts).run();
 }
 
-llvm::Expected<std::string> serializePlanFile(const plan::Plan &p) {
+llvm::Expected<std::string> serializePlanFile(plan::Plan &p) {
   std::string bytes, error;
   if (!rt::serializePlan(p, bytes, error))
     return makeError(error);

@@ -16,6 +16,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdio>
+#include <unordered_set>
 #include <unistd.h>
 
 namespace ampc {
@@ -148,6 +149,25 @@ llvm::Expected<std::string> serializeModel(const Graph &g, ModelFormat format) {
   graphToModelProto(g, model);
   if (auto err = checkModelProto(model))
     return std::move(err);
+  std::string bytes;
+  if (!model.SerializeToString(&bytes))
+    return makeError("the model could not be serialized (larger than 2 GiB?)");
+  return bytes;
+}
+
+llvm::Expected<std::string> serializeWithoutData(onnx::ModelProto &model,
+                                                 const std::vector<std::string> &dataless) {
+  std::unordered_set<std::string> names(dataless.begin(), dataless.end());
+  for (auto &init : *model.mutable_graph()->mutable_initializer()) {
+    if (!names.count(init.name()))
+      continue;
+    init.clear_raw_data();
+    init.clear_float_data();
+    init.clear_int32_data();
+    init.clear_int64_data();
+    init.clear_double_data();
+    init.clear_uint64_data();
+  }
   std::string bytes;
   if (!model.SerializeToString(&bytes))
     return makeError("the model could not be serialized (larger than 2 GiB?)");

@@ -285,7 +285,10 @@ private:
         break;
       case plan::STATE:
         ptr_[i] = state_.get() + offset[i];
-        std::memcpy(ptr_[i], t.data().data(), t.data().size());
+        if (t.zero_init())
+          std::memset(ptr_[i], 0, planTensorBytes(t));
+        else
+          std::memcpy(ptr_[i], t.data().data(), t.data().size());
         break;
       case plan::CONSTANT:
         ptr_[i] = constants_.get() + offset[i];

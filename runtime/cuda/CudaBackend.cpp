@@ -235,8 +235,15 @@ public:
       return false;
     for (int i = 0; i < plan_.tensors_size(); ++i) {
       const plan::Tensor &t = plan_.tensors(i);
-      if (t.has_view_of() || (t.storage() != plan::STATE && t.storage() != plan::CONSTANT) ||
-          t.data().empty())
+      if (t.has_view_of() || (t.storage() != plan::STATE && t.storage() != plan::CONSTANT))
+        continue;
+      if (t.zero_init()) {
+        if (!check(cudaMemset(address(i), 0, planTensorBytes(t)), "cudaMemset of '" + t.name() + "'",
+                   error))
+          return false;
+        continue;
+      }
+      if (t.data().empty())
         continue;
       if (!check(cudaMemcpy(address(i), t.data().data(), t.data().size(), cudaMemcpyHostToDevice),
                  "cudaMemcpy of '" + t.name() + "'", error))

@@ -106,7 +106,11 @@ public:
     }
     for (int i = 0; i < plan_.tensors_size(); ++i) {
       const plan::Tensor &t = plan_.tensors(i);
-      if (!t.has_view_of() && (t.storage() == plan::STATE || t.storage() == plan::CONSTANT))
+      if (t.has_view_of() || (t.storage() != plan::STATE && t.storage() != plan::CONSTANT))
+        continue;
+      if (t.zero_init())
+        std::memset(address(i), 0, planTensorBytes(t));
+      else
         std::memcpy(address(i), t.data().data(), t.data().size());
     }
     // Lower once to size the workspace, then against the real one.

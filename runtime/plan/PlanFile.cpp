@@ -8,6 +8,11 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -19,25 +24,9 @@ namespace ampc::rt {
 namespace {
 const char kMagic[8] = {'A', 'M', 'P', 'C', 'P', 'L', 'A', 'N'};
 
-uint64_t crcOf(const std::string &bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const size_t chunk = 1u << 30;
-  for (size_t off = 0; off < bytes.size(); off += chunk) {
-    size_t n = std::min(chunk, bytes.size() - off);
-    crc = crc32(crc, reinterpret_cast<const Bytef *>(bytes.data() + off), static_cast<uInt>(n));
-  }
-  return crc;
-}
-
 template <typename T> void put(std::string &s, T v) {
   s.append(reinterpret_cast<const char *>(&v), sizeof(T));
 }
-template <typename T> T get(const std::string &s, size_t at) {
-  T v;
-  std::memcpy(&v, s.data() + at, sizeof(T));
-  return v;
-}
-
 /// The exact widenings a binding may ask for (Binding.widen_to).
 bool isWidening(plan::ElemType from, plan::ElemType to) {
   return (from == plan::F16 || from == plan::BF16) && to == plan::F32;
@@ -100,23 +89,79 @@ size_t planTensorBytes(const plan::Tensor &t) {
   return static_cast<size_t>(planNumElements(t)) * planElemSize(t.type());
 }
 
-bool serializePlan(const plan::Plan &p, std::string &bytes, std::string &error) {
+namespace {
+
+/// Tensors at least this large go to the data section; smaller ones stay
+/// inline, where 64-byte alignment would waste more than it saves.
+constexpr size_t kInlineDataLimit = 256;
+
+uint64_t alignUp(uint64_t n) { return (n + kPlanDataAlignment - 1) / kPlanDataAlignment * kPlanDataAlignment; }
+
+uint64_t crcOf(const char *data, size_t size) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const size_t chunk = 1u << 30;
+  for (size_t off = 0; off < size; off += chunk) {
+    size_t n = std::min(chunk, size - off);
+    crc = crc32(crc, reinterpret_cast<const Bytef *>(data + off), static_cast<uInt>(n));
+  }
+  return crc;
+}
+
+} // namespace
+
+bool serializePlan(plan::Plan &p, std::string &bytes, std::string &error) {
+  // Large values leave the message for the data section while it is
+  // serialized (swapped out, not copied), and come back after.
+  std::vector<std::pair<int, std::string>> moved;
+  uint64_t dataSize = 0;
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    plan::Tensor &t = *p.mutable_tensors(i);
+    if (t.data().size() < kInlineDataLimit)
+      continue;
+    t.set_data_offset(dataSize);
+    dataSize = alignUp(dataSize + t.data().size());
+    moved.emplace_back(i, std::string());
+    moved.back().second.swap(*t.mutable_data());
+  }
+  auto restore = [&] {
+    for (auto &[i, data] : moved) {
+      plan::Tensor &t = *p.mutable_tensors(i);
+      t.mutable_data()->swap(data);
+      t.clear_data_offset();
+    }
+  };
   std::string payload;
-  if (!p.SerializeToString(&payload)) {
-    error = "the plan could not be serialized (larger than 2 GiB?)";
+  bool ok = p.SerializeToString(&payload);
+  if (!ok) {
+    restore();
+    error = "the plan could not be serialized (its message is larger than 2 GiB)";
     return false;
   }
+  uint64_t dataStart = alignUp(kPlanHeaderSize + payload.size());
   bytes.clear();
+  bytes.reserve(dataStart + dataSize);
   bytes.append(kMagic, 8);
   put<uint32_t>(bytes, kPlanVersion);
   put<uint32_t>(bytes, 0);
   put<uint64_t>(bytes, payload.size());
-  put<uint64_t>(bytes, crcOf(payload));
+  put<uint64_t>(bytes, crcOf(payload.data(), payload.size()));
+  put<uint64_t>(bytes, dataStart);
+  put<uint64_t>(bytes, dataSize);
+  put<uint64_t>(bytes, 0); // the data CRC, once the section is written
+  put<uint64_t>(bytes, 0);
   bytes += payload;
+  for (auto &[i, data] : moved) {
+    bytes.resize(dataStart + p.tensors(i).data_offset(), '\0');
+    bytes += data;
+  }
+  bytes.resize(dataStart + dataSize, '\0');
+  uint64_t dataCrc = crcOf(bytes.data() + dataStart, dataSize);
+  std::memcpy(&bytes[48], &dataCrc, sizeof(dataCrc));
+  restore();
   return true;
 }
 
-bool writePlanFile(const std::string &path, const plan::Plan &p, std::string &error) {
+bool writePlanFile(const std::string &path, plan::Plan &p, std::string &error) {
   std::string bytes;
   if (!serializePlan(p, bytes, error)) {
     error = path + ": " + error;
@@ -125,46 +170,138 @@ bool writePlanFile(const std::string &path, const plan::Plan &p, std::string &er
   return writeFileAtomic(path, bytes, error);
 }
 
+namespace {
+
+/// A read-only view of a whole file: mapped, so that the data section is
+/// read from the page cache straight into the tensors that hold it.
+class MappedFile {
+public:
+  ~MappedFile() {
+    if (data_ && size_)
+      munmap(const_cast<char *>(data_), size_);
+    if (fd_ >= 0)
+      close(fd_);
+  }
+  bool open(const std::string &path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd_ < 0 || fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+      return false;
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ == 0)
+      return true;
+    void *m = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (m == MAP_FAILED)
+      return false;
+    data_ = static_cast<const char *>(m);
+    return true;
+  }
+  const char *data() const { return data_ ? data_ : ""; }
+  size_t size() const { return size_; }
+
+private:
+  int fd_ = -1;
+  const char *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+template <typename T> T getAt(const char *s, size_t at) {
+  T v;
+  std::memcpy(&v, s + at, sizeof(T));
+  return v;
+}
+
+/// Moves every tensor's value from the data section into the message.
+bool loadDataSection(plan::Plan &p, const char *section, uint64_t size, std::string &error) {
+  for (int i = 0; i < p.tensors_size(); ++i) {
+    plan::Tensor &t = *p.mutable_tensors(i);
+    if (!t.has_data_offset())
+      continue;
+    std::string what = "tensor " + std::to_string(i) + " '" + t.name() + "'";
+    uint64_t off = t.data_offset(), bytes = planTensorBytes(t);
+    if (off % kPlanDataAlignment != 0) {
+      error = what + " is misaligned in the data section (offset " + std::to_string(off) + ")";
+      return false;
+    }
+    if (off > size || bytes > size - off) {
+      error = what + " lies outside the data section (" + std::to_string(off) + "+" +
+              std::to_string(bytes) + " > " + std::to_string(size) + ")";
+      return false;
+    }
+    if (!t.data().empty() || t.zero_init() || t.has_view_of() ||
+        (t.storage() != plan::STATE && t.storage() != plan::CONSTANT)) {
+      error = what + " may not take a value from the data section";
+      return false;
+    }
+    t.set_data(section + off, bytes);
+    t.clear_data_offset();
+  }
+  return true;
+}
+
+} // namespace
+
 bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  MappedFile file;
+  if (!file.open(path)) {
     error = path + ": cannot open the plan file";
     return false;
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parsePlanBytes(ss.str(), path, p, error);
+  return parsePlanBytes(file.data(), file.size(), path, p, error);
 }
 
 bool parsePlanBytes(const std::string &bytes, const std::string &path, plan::Plan &p,
                     std::string &error) {
-  if (bytes.size() < kPlanHeaderSize || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+  return parsePlanBytes(bytes.data(), bytes.size(), path, p, error);
+}
+
+bool parsePlanBytes(const char *bytes, size_t size, const std::string &path, plan::Plan &p,
+                    std::string &error) {
+  if (size < 12 || std::memcmp(bytes, kMagic, 8) != 0) {
     error = path + ": not an ampc plan file";
     return false;
   }
-  uint32_t version = get<uint32_t>(bytes, 8);
+  uint32_t version = getAt<uint32_t>(bytes, 8);
   if (version != kPlanVersion) {
     error = path + ": plan format version " + std::to_string(version) +
             ", this runtime reads version " + std::to_string(kPlanVersion) +
             " (recompile the model with this amp-opt)";
     return false;
   }
-  uint64_t size = get<uint64_t>(bytes, 16);
-  if (size != bytes.size() - kPlanHeaderSize) {
-    error = path + ": truncated plan file (" + std::to_string(bytes.size() - kPlanHeaderSize) +
-            " of " + std::to_string(size) + " payload bytes)";
+  if (size < kPlanHeaderSize) {
+    error = path + ": truncated plan file (" + std::to_string(size) + " bytes, the header alone is " +
+            std::to_string(kPlanHeaderSize) + ")";
     return false;
   }
-  std::string payload = bytes.substr(kPlanHeaderSize);
-  if (get<uint64_t>(bytes, 24) != crcOf(payload)) {
+  uint64_t payloadSize = getAt<uint64_t>(bytes, 16);
+  uint64_t dataStart = getAt<uint64_t>(bytes, 32), dataSize = getAt<uint64_t>(bytes, 40);
+  uint64_t available = size - kPlanHeaderSize;
+  if (payloadSize > available || dataStart < kPlanHeaderSize + payloadSize ||
+      dataStart % kPlanDataAlignment != 0 || dataStart > size || dataSize != size - dataStart) {
+    uint64_t expected = payloadSize > available ? payloadSize : dataSize;
+    uint64_t have = payloadSize > available ? available : (dataStart > size ? 0 : size - dataStart);
+    if (dataStart % kPlanDataAlignment != 0 || dataStart < kPlanHeaderSize + payloadSize)
+      error = path + ": the plan file is corrupt (its data section starts at byte " +
+              std::to_string(dataStart) + ")";
+    else
+      error = path + ": truncated plan file (" + std::to_string(have) + " of " +
+              std::to_string(expected) + (payloadSize > available ? " payload" : " data") +
+              " bytes)";
+    return false;
+  }
+  const char *payload = bytes + kPlanHeaderSize;
+  if (getAt<uint64_t>(bytes, 24) != crcOf(payload, payloadSize) ||
+      getAt<uint64_t>(bytes, 48) != crcOf(bytes + dataStart, dataSize)) {
     error = path + ": the plan file is corrupt (checksum mismatch)";
     return false;
   }
-  if (!p.ParseFromString(payload)) {
+  if (payloadSize > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
+      !p.ParseFromArray(payload, static_cast<int>(payloadSize))) {
     error = path + ": the plan file is corrupt (cannot be parsed)";
     return false;
   }
-  if (!validatePlan(p, error)) {
+  // Sizes are checked against shapes before any value is copied.
+  if (!validatePlan(p, error) || !loadDataSection(p, bytes + dataStart, dataSize, error)) {
     error = path + ": " + error;
     return false;
   }
@@ -301,7 +438,12 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
       break;
     case plan::STATE:
     case plan::CONSTANT:
-      if (t.data().size() != bytes) {
+      if (t.zero_init() && (t.storage() != plan::STATE || !t.data().empty() || t.has_data_offset())) {
+        error = what + " starts at zero but is no state, or also has a value";
+        return false;
+      }
+      // A value in the data section is checked against the section on load.
+      if (!t.zero_init() && !t.has_data_offset() && t.data().size() != bytes) {
         error = what + " holds " + std::to_string(t.data().size()) + " bytes of data, its type needs " +
                 std::to_string(bytes);
         return false;

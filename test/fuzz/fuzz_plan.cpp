@@ -1,8 +1,8 @@
 //===- fuzz_plan.cpp - amp-run's plan loader and one step -----------------===//
 //
-// The input is a plan's protobuf payload: the target wraps it in the file
-// header with a correct checksum (so mutants reach the validation behind
-// it), loads it on the CPU backend and runs one step of each program with
+// The input is a plan's protobuf payload: the target writes it as a plan
+// file (header, message, data section, correct checksums, so mutants reach
+// the validation behind them; mutated `data_offset`s stay as they are), loads it on the CPU backend and runs one step of each program with
 // zero-filled feeds. Plans asking for more than 64 MiB of memory are
 // skipped (the loader's own limit is the machine's).
 //

@@ -30,8 +30,6 @@ struct LowerOptions {
   /// Initializer names of the model as imported: the state tensors that are
   /// model parameters (exported back to ONNX, dumped by --dump-params).
   std::vector<std::string> modelParameters;
-  /// The imported model, serialized, so the runtime can export trained weights.
-  std::string originalModel;
   /// Shown by plan-text and amp-run (precision, optimizer...).
   std::vector<std::pair<std::string, std::string>> info;
   /// When set, each phase of the lowering is timed with the timer it returns
@@ -48,6 +46,6 @@ llvm::Expected<plan::Plan> lowerToPlan(const Graph &g, const LowerOptions &opts 
 void printPlanText(const plan::Plan &p, llvm::raw_ostream &os);
 
 /// Serializes a plan with the runtime's file header.
-llvm::Expected<std::string> serializePlanFile(const plan::Plan &p);
+llvm::Expected<std::string> serializePlanFile(plan::Plan &p);
 
 } // namespace ampc

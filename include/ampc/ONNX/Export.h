@@ -6,6 +6,7 @@
 #include "llvm/Support/Error.h"
 
 #include <string>
+#include <vector>
 
 namespace onnx {
 class ModelProto;
@@ -24,6 +25,13 @@ llvm::Error checkModelProto(onnx::ModelProto &model);
 
 /// Serializes the model; the text form is the printer's, with full data.
 llvm::Expected<std::string> serializeModel(const Graph &g, ModelFormat format);
+
+/// Serializes a model with the initializers named in `dataless` reduced to
+/// their name, type and dims (their data is cleared from `model`): a plan
+/// keeps the model to export trained weights into, and those weights are
+/// the plan's own state, not stored twice.
+llvm::Expected<std::string> serializeWithoutData(onnx::ModelProto &model,
+                                                 const std::vector<std::string> &dataless);
 
 /// Writes the model to `path` atomically (temporary file, then rename), after
 /// checking it. "-" writes to stdout.

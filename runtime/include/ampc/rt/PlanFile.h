@@ -9,18 +9,26 @@
 namespace ampc::rt {
 
 /// The plan format version this runtime reads and the compiler writes.
-inline constexpr uint32_t kPlanVersion = 2;
-inline constexpr size_t kPlanHeaderSize = 32;
+/// Version 3 moved tensor values out of the message into a data section.
+inline constexpr uint32_t kPlanVersion = 3;
+inline constexpr size_t kPlanHeaderSize = 64;
+/// Every value in the data section starts at a multiple of this.
+inline constexpr uint64_t kPlanDataAlignment = 64;
 
-/// Serializes a plan with its header (magic, version, size, CRC-32).
-bool serializePlan(const plan::Plan &p, std::string &bytes, std::string &error);
+/// Serializes a plan: header (magic, version, sizes, CRC-32s), the message,
+/// and the data section holding every value of 256 bytes or more. The values
+/// leave `p` during the call and are back in it when it returns.
+bool serializePlan(plan::Plan &p, std::string &bytes, std::string &error);
 /// Writes a plan file atomically.
-bool writePlanFile(const std::string &path, const plan::Plan &p, std::string &error);
-/// Reads and checks a plan file: magic, version, size, checksum, then
-/// validatePlan. Errors are one line starting with the path.
+bool writePlanFile(const std::string &path, plan::Plan &p, std::string &error);
+/// Reads and checks a plan file (mapped, not read through a stream): magic,
+/// version, sizes, checksums, validatePlan, then the data section's values
+/// into their tensors. Errors are one line starting with the path.
 bool readPlanFile(const std::string &path, plan::Plan &p, std::string &error);
 /// The same from a plan file's bytes in memory (`path` names it in errors).
 bool parsePlanBytes(const std::string &bytes, const std::string &path, plan::Plan &p,
+                    std::string &error);
+bool parsePlanBytes(const char *bytes, size_t size, const std::string &path, plan::Plan &p,
                     std::string &error);
 
 /// Structural checks: tensor ids in range, sizes consistent with shapes and

@@ -341,8 +341,11 @@ private:
 
   /// (MatMul, operand) -> the untransposed value it reads (see
   /// foldTransposesIntoMatMuls), and the Transposes not emitted.
-  std::map<std::pair<const Node *, unsigned>, const Value *> transposedOperand_;
+  /// MatMul operands read from another value: (source, read transposed).
+  std::map<std::pair<const Node *, unsigned>, std::pair<const Value *, bool>> transposedOperand_;
   std::unordered_set<const Node *> foldedTransposes_;
+  /// MatMuls that compute the transposed result of the Transpose they map to.
+  std::unordered_map<const Node *, const Node *> swappedMatMuls_;
 
   /// Copies node attributes; tensor-valued ones become constant tensors.
   void addAttributes(const Node &n, google::protobuf::RepeatedPtrField<plan::Attribute> &out) {
@@ -404,26 +407,75 @@ private:
   /// a transposed operand costs no copy (oneDNN reads it through exchanged
   /// strides, cuBLAS through its transpose flags). Weight transposes of
   /// PyTorch's Linear exports and the transposes of the MatMul gradient
-  /// rules are all of this form.
+  /// rules are all of this form. A swap of a swap (the gradient rule's
+  /// Transpose of a rematerialised weight transpose) is the original
+  /// operand, read with no flag; the inner Transpose goes too when nothing
+  /// else reads it.
   void foldTransposesIntoMatMuls(const std::vector<const Node *> &nodes) {
     std::unordered_set<const Node *> inProgram(nodes.begin(), nodes.end());
+    auto foldable = [&](const Node &n) {
+      const Value *t = n.output();
+      return swapsLastTwoAxes(n) && inProgram.count(&n) && !readAfterProgram(t) &&
+             !t->isGraphOutput() && t->hasUses();
+    };
+    std::map<const Node *, unsigned> innerReadsLeft; // inner swap -> its reads not folded
     for (const Node *n : nodes) {
       if (!swapsLastTwoAxes(*n))
         continue;
       const Value *t = n->output();
-      if (readAfterProgram(t) || t->isGraphOutput() || !t->hasUses())
-        continue;
-      bool onlyMatMuls = true;
+      bool onlyMatMuls = foldable(*n);
       for (const Use &u : t->uses())
         onlyMatMuls = onlyMatMuls && inProgram.count(u.user) && u.user->is("MatMul") &&
                       u.operand < 2;
-      if (!onlyMatMuls)
+      if (!onlyMatMuls) {
+        foldIntoProducingMatMul(*n, inProgram);
         continue;
+      }
+      const Node *inner = n->input(0)->producer();
+      bool cancels = inner && foldable(*inner);
+      const Value *source = cancels ? inner->input(0) : n->input(0);
       for (const Use &u : t->uses())
-        transposedOperand_[{u.user, u.operand}] = n->input(0);
+        transposedOperand_[{u.user, u.operand}] = {source, !cancels};
       foldedTransposes_.insert(n);
       p_.mutable_tensors(tensorOf(t))->set_storage(plan::VIRTUAL);
+      if (cancels) {
+        auto [it, fresh] = innerReadsLeft.try_emplace(inner, inner->output()->uses().size());
+        --it->second;
+      }
     }
+    for (const auto &[inner, readsLeft] : innerReadsLeft) {
+      if (readsLeft != 0 || foldedTransposes_.count(inner))
+        continue;
+      foldedTransposes_.insert(inner);
+      p_.mutable_tensors(tensorOf(inner->output()))->set_storage(plan::VIRTUAL);
+    }
+  }
+
+  /// A swap Transpose whose operand is a MatMul's result read by nothing
+  /// else: the MatMul computes the transposed result itself, (A B)^T =
+  /// B^T A^T, as a MatMul of its operands exchanged with their transpose
+  /// flags flipped (the weight gradients of Linear layers, dW^T = x^T dY).
+  void foldIntoProducingMatMul(const Node &n, const std::unordered_set<const Node *> &inProgram) {
+    const Value *y = n.input(0);
+    const Node *m = y->producer();
+    if (!m || !m->is("MatMul") || !m->domain().empty() || !inProgram.count(m) ||
+        y->uses().size() != 1 || readAfterProgram(y) || y->isGraphOutput() ||
+        swappedMatMuls_.count(m))
+      return;
+    if (m->input(0)->type().shape.size() < 2 || m->input(1)->type().shape.size() < 2)
+      return; // a vector operand has no transpose
+    swappedMatMuls_[m] = &n;
+    foldedTransposes_.insert(&n);
+    p_.mutable_tensors(tensorOf(y))->set_storage(plan::VIRTUAL);
+  }
+
+  /// Operand i of a MatMul step as emitted: the value read, and whether it
+  /// is read transposed.
+  std::pair<const Value *, bool> matMulOperand(const Node &n, unsigned i) const {
+    auto folded = transposedOperand_.find({&n, i});
+    if (folded == transposedOperand_.end())
+      return {n.input(i), false};
+    return folded->second;
   }
 
   void emitSteps(plan::Program &prog, const std::vector<const Node *> &nodes) {
@@ -457,16 +509,27 @@ private:
     plan::Step &s = *prog.add_steps();
     s.set_op(n.qualifiedOpType());
     s.set_name(n.displayName());
+    auto swapped = swappedMatMuls_.find(&n);
+    if (swapped != swappedMatMuls_.end()) {
+      // (A B)^T = B^T A^T into the Transpose's result.
+      for (unsigned i = 0; i < 2; ++i) {
+        auto [source, transposed] = matMulOperand(n, 1 - i);
+        s.add_inputs(tensorOf(source));
+        addTransposeFlag(s, i, !transposed);
+      }
+      const Value *result = swapped->second->output();
+      s.add_outputs(tensorOf(result));
+      noteStep(prog, {result});
+      return;
+    }
     for (unsigned i = 0; i < n.numInputs(); ++i) {
-      auto folded = transposedOperand_.find({&n, i});
-      if (folded == transposedOperand_.end()) {
+      if (!n.is("MatMul") || i > 1) {
         s.add_inputs(tensorOf(n.input(i)));
         continue;
       }
-      s.add_inputs(tensorOf(folded->second));
-      plan::Attribute &a = *s.add_attrs();
-      a.set_name(i == 0 ? "transA" : "transB");
-      a.set_i(1);
+      auto [source, transposed] = matMulOperand(n, i);
+      s.add_inputs(tensorOf(source));
+      addTransposeFlag(s, i, transposed);
     }
     if (n.is("Dropout") && n.domain().empty())
       addDropoutCounter(s, n);
@@ -478,6 +541,14 @@ private:
     }
     addAttributes(n, *s.mutable_attrs());
     noteStep(prog, defined);
+  }
+
+  static void addTransposeFlag(plan::Step &s, unsigned operand, bool transposed) {
+    if (!transposed)
+      return;
+    plan::Attribute &a = *s.add_attrs();
+    a.set_name(operand == 0 ? "transA" : "transB");
+    a.set_i(1);
   }
 
   /// Dropout draws its mask from (seed, run counter, element): the counter

@@ -82,6 +82,13 @@ void printPlanText(const plan::Plan &p, llvm::raw_ostream &os) {
           os << (i ? "," : "") << step.fused().instructions(i).op();
         os << "}";
       }
+      // Operands a MatMul reads transposed (folded Transposes).
+      std::string flags;
+      for (const plan::Attribute &a : step.attrs())
+        if ((a.name() == "transA" || a.name() == "transB") && a.i() == 1)
+          flags += (flags.empty() ? "" : ",") + a.name();
+      if (!flags.empty())
+        os << "<" << flags << ">";
       os << "(";
       for (int i = 0; i < step.inputs_size(); ++i)
         os << (i ? ", " : "") << ref(p, step.inputs(i));

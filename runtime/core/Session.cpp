@@ -119,6 +119,8 @@ std::unique_ptr<Session> Session::fromPlan(plan::Plan p, std::unique_ptr<Backend
   s->backend_ = std::move(backend);
   if (!s->backend_->load(s->plan_, error))
     return nullptr;
+  // The backend holds the values now; the session needs the plan's structure.
+  dropPlanValues(s->plan_);
   s->fed_.resize(s->plan_.programs_size());
   // Inputs with defaults start out holding them.
   for (const plan::Program &prog : s->plan_.programs())

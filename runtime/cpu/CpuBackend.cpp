@@ -142,8 +142,10 @@ public:
   std::string name() const override { return "cpu (" + std::to_string(threads_) + " threads)"; }
 
   bool load(const plan::Plan &p, std::string &error) override {
-    plan_ = p;
-    if (!allocate(error))
+    // The values go straight from `p` into the backend's buffers: its own
+    // copy of the plan holds none (a GPT-2's weights are not held twice).
+    copyPlanWithoutValues(p, plan_);
+    if (!allocate(p, error))
       return false;
     for (int i = 0; i < plan_.programs_size(); ++i)
       if (!prepareProgram(plan_.programs(i), error))
@@ -247,7 +249,7 @@ private:
 
   /// One arena, one block of state, one block of constants; views point into
   /// their base tensor.
-  bool allocate(std::string &error) {
+  bool allocate(const plan::Plan &values, std::string &error) {
     int n = plan_.tensors_size();
     ptr_.assign(n, nullptr);
     size_t stateBytes = 0, constBytes = 0;
@@ -288,11 +290,11 @@ private:
         if (t.zero_init())
           std::memset(ptr_[i], 0, planTensorBytes(t));
         else
-          std::memcpy(ptr_[i], t.data().data(), t.data().size());
+          std::memcpy(ptr_[i], values.tensors(i).data().data(), values.tensors(i).data().size());
         break;
       case plan::CONSTANT:
         ptr_[i] = constants_.get() + offset[i];
-        std::memcpy(ptr_[i], t.data().data(), t.data().size());
+        std::memcpy(ptr_[i], values.tensors(i).data().data(), values.tensors(i).data().size());
         break;
       default:
         break; // VIRTUAL: no storage

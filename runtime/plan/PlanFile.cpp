@@ -538,6 +538,28 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
   return checkArenaLifetimes(p, error);
 }
 
+void copyPlanWithoutValues(const plan::Plan &from, plan::Plan &to) {
+  to.Clear();
+  to.set_version(from.version());
+  to.set_producer(from.producer());
+  *to.mutable_programs() = from.programs();
+  *to.mutable_memory() = from.memory();
+  *to.mutable_parameters() = from.parameters();
+  to.set_original_model(from.original_model());
+  *to.mutable_info() = from.info();
+  to.mutable_tensors()->Reserve(from.tensors_size());
+  for (const plan::Tensor &t : from.tensors()) {
+    plan::Tensor &c = *to.add_tensors();
+    c = t; // one tensor's value at a time, then dropped
+    std::string().swap(*c.mutable_data());
+  }
+}
+
+void dropPlanValues(plan::Plan &p) {
+  for (plan::Tensor &t : *p.mutable_tensors())
+    std::string().swap(*t.mutable_data());
+}
+
 void silenceProtobufLog() { google::protobuf::SetLogHandler(nullptr); }
 
 } // namespace ampc::rt

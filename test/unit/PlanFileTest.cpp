@@ -15,6 +15,7 @@
 
 #include "plan.pb.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -189,6 +190,21 @@ TEST(PlanFile, ZeroInitStateLoadsAsZeros) {
   ASSERT_EQ(a.bytes.size(), 256u);
   for (uint8_t byte : a.bytes)
     ASSERT_EQ(byte, 0);
+}
+
+/// A backend's copy of a plan is the plan without its values: every other
+/// field (a new one included) is kept.
+TEST(PlanFile, CopyWithoutValuesKeepsEverythingElse) {
+  plan::Plan p = weightPlan();
+  p.set_original_model("model bytes");
+  (*p.mutable_info())["precision"] = "fp32";
+  p.add_parameters()->set_onnx_name("w");
+  plan::Plan copy;
+  rt::copyPlanWithoutValues(p, copy);
+  for (const plan::Tensor &t : copy.tensors())
+    EXPECT_TRUE(t.data().empty()) << t.name();
+  rt::dropPlanValues(p);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(p, copy));
 }
 
 } // namespace

@@ -63,6 +63,15 @@ bool checkTransfer(const plan::Plan &p, int id, size_t bytes, StoredFn stored,
   return true;
 }
 
+/// `to` becomes `from` without the tensors' values (`data`): what a backend
+/// keeps once the values are in its own buffers. Every Plan field is copied
+/// (PlanFile.CopyWithoutValuesKeepsEverythingElse checks that no new field is
+/// forgotten).
+void copyPlanWithoutValues(const plan::Plan &from, plan::Plan &to);
+/// Frees every tensor's value in `p` (a plan already loaded by its backend;
+/// validatePlan no longer accepts it).
+void dropPlanValues(plan::Plan &p);
+
 /// Stops protobuf from printing its own "[libprotobuf ERROR ...]" lines: every
 /// parse failure is reported by ampc's one-line error, naming the file.
 void silenceProtobufLog();

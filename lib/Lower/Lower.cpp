@@ -2,6 +2,7 @@
 
 #include "ampc/Lower/Lower.h"
 
+#include "CastStates.h"
 #include "Fusion.h"
 #include "ampc/Lower/MemoryPlanner.h"
 
@@ -84,6 +85,7 @@ public:
         return split.takeError();
       specs = std::move(*split);
       createValueTensors();
+      markCastStates(g_, tensorOf_, p_);
     }
     for (const ProgramSpec &spec : *specs) {
       plan::Program &prog = *p_.add_programs();

@@ -53,6 +53,10 @@ void printPlanText(const plan::Plan &p, llvm::raw_ostream &os) {
   os << "tensors: " << p.tensors_size() << " (" << counts[0] << " arena, " << counts[1]
      << " state, " << counts[2] << " constant, " << counts[3] << " fused away, " << counts[4]
      << " views)\n";
+  for (int i = 0; i < p.tensors_size(); ++i)
+    if (p.tensors(i).has_cast_of())
+      os << "  state " << ref(p, i) << " " << typeStr(p.tensors(i)) << " = conversion of "
+         << ref(p, p.tensors(i).cast_of()) << ", made at load\n";
   for (const plan::Program &prog : p.programs()) {
     os << "program " << prog.name() << ": " << prog.steps_size() << " steps, " << prog.launches()
        << " kernel launches\n";

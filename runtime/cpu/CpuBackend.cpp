@@ -289,7 +289,7 @@ private:
         ptr_[i] = state_.get() + offset[i];
         if (t.zero_init())
           std::memset(ptr_[i], 0, planTensorBytes(t));
-        else
+        else if (!t.has_cast_of())
           std::memcpy(ptr_[i], values.tensors(i).data().data(), values.tensors(i).data().size());
         break;
       case plan::CONSTANT:
@@ -300,6 +300,9 @@ private:
         break; // VIRTUAL: no storage
       }
     }
+    for (int i = 0; i < n; ++i)
+      if (plan_.tensors(i).has_cast_of())
+        initCastState(plan_.tensors(i), ptr_[plan_.tensors(i).cast_of()], ptr_[i]);
     for (int i = 0; i < n; ++i)
       if (plan_.tensors(i).has_view_of())
         ptr_[i] = ptr_[plan_.tensors(i).view_of()];

@@ -243,9 +243,19 @@ public:
           return false;
         continue;
       }
-      if (t.data().empty())
+      // A low-precision copy is converted on the host from its source's
+      // value, which the plan still holds here.
+      std::vector<char> converted;
+      const std::string *value = &t.data();
+      if (t.has_cast_of()) {
+        converted.resize(planTensorBytes(t));
+        initCastState(t, plan_.tensors(t.cast_of()).data().data(), converted.data());
+      }
+      const char *bytes = t.has_cast_of() ? converted.data() : value->data();
+      size_t size = t.has_cast_of() ? converted.size() : value->size();
+      if (size == 0)
         continue;
-      if (!check(cudaMemcpy(address(i), t.data().data(), t.data().size(), cudaMemcpyHostToDevice),
+      if (!check(cudaMemcpy(address(i), bytes, size, cudaMemcpyHostToDevice),
                  "cudaMemcpy of '" + t.name() + "'", error))
         return false;
     }

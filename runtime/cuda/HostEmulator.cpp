@@ -110,9 +110,12 @@ public:
         continue;
       if (t.zero_init())
         std::memset(address(i), 0, planTensorBytes(t));
-      else
+      else if (!t.has_cast_of())
         std::memcpy(address(i), t.data().data(), t.data().size());
     }
+    for (int i = 0; i < plan_.tensors_size(); ++i)
+      if (plan_.tensors(i).has_cast_of())
+        initCastState(plan_.tensors(i), address(plan_.tensors(i).cast_of()), address(i));
     // Lower once to size the workspace, then against the real one.
     size_t wsBytes = 0;
     std::vector<Launch> scratch;

@@ -2,8 +2,11 @@
 
 #include "ampc/rt/PlanFile.h"
 
+#include "ampc/rt/ElementMath.h"
 #include "ampc/rt/Npy.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/stubs/logging.h>
 #include <zlib.h>
 
@@ -130,8 +133,16 @@ bool serializePlan(plan::Plan &p, std::string &bytes, std::string &error) {
       t.clear_data_offset();
     }
   };
+  // Deterministic, so that one model and one command give the same plan
+  // bytes (protobuf orders map fields, the plan's info, by hash otherwise).
   std::string payload;
-  bool ok = p.SerializeToString(&payload);
+  bool ok = p.ByteSizeLong() <= static_cast<size_t>(INT32_MAX);
+  if (ok) {
+    google::protobuf::io::StringOutputStream stream(&payload);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    ok = p.SerializeToCodedStream(&coded);
+  }
   if (!ok) {
     restore();
     error = "the plan could not be serialized (its message is larger than 2 GiB)";
@@ -228,7 +239,7 @@ bool loadDataSection(plan::Plan &p, const char *section, uint64_t size, std::str
               std::to_string(bytes) + " > " + std::to_string(size) + ")";
       return false;
     }
-    if (!t.data().empty() || t.zero_init() || t.has_view_of() ||
+    if (!t.data().empty() || t.zero_init() || t.has_view_of() || t.has_cast_of() ||
         (t.storage() != plan::STATE && t.storage() != plan::CONSTANT)) {
       error = what + " may not take a value from the data section";
       return false;
@@ -388,6 +399,44 @@ bool checkArenaLifetimes(const plan::Plan &p, std::string &error) {
 
 } // namespace
 
+namespace {
+
+/// A state initialised as the fp16/bf16 conversion of another: an fp32 state
+/// of as many elements, holding a value of its own.
+bool checkCastOf(const plan::Plan &p, int i, std::string &error) {
+  const plan::Tensor &t = p.tensors(i);
+  std::string what = "tensor " + std::to_string(i) + " '" + t.name() + "'";
+  int src = t.cast_of();
+  if (t.storage() != plan::STATE || !t.data().empty() || t.has_data_offset() ||
+      (t.type() != plan::F16 && t.type() != plan::BF16)) {
+    error = what + " is converted from another state but is no fp16/bf16 state, or has a value";
+    return false;
+  }
+  if (src < 0 || src >= p.tensors_size() || src == i) {
+    error = what + " is converted from tensor " + std::to_string(src) + ", which does not exist";
+    return false;
+  }
+  const plan::Tensor &from = p.tensors(src);
+  if (from.storage() != plan::STATE || from.type() != plan::F32 || from.has_view_of() ||
+      from.has_cast_of() || from.zero_init() || planNumElements(from) != planNumElements(t)) {
+    error = what + " is converted from '" + from.name() +
+            "', which is not an fp32 state of as many elements with a stored value";
+    return false;
+  }
+  return true;
+}
+
+} // namespace
+
+void initCastState(const plan::Tensor &t, const void *from, void *to) {
+  const float *in = static_cast<const float *>(from);
+  uint16_t *out = static_cast<uint16_t *>(to);
+  int64_t n = planNumElements(t);
+  bool half = t.type() == plan::F16;
+  for (int64_t k = 0; k < n; ++k)
+    out[k] = half ? math::floatToHalf(in[k]) : math::floatToBFloat16(in[k]);
+}
+
 bool validatePlan(const plan::Plan &p, std::string &error) {
   int n = p.tensors_size();
   auto tensorOk = [&](int id) { return id >= 0 && id < n; };
@@ -438,9 +487,15 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
       break;
     case plan::STATE:
     case plan::CONSTANT:
-      if (t.zero_init() && (t.storage() != plan::STATE || !t.data().empty() || t.has_data_offset())) {
+      if (t.zero_init() && (t.storage() != plan::STATE || !t.data().empty() || t.has_data_offset() ||
+                            t.has_cast_of())) {
         error = what + " starts at zero but is no state, or also has a value";
         return false;
+      }
+      if (t.has_cast_of()) {
+        if (!checkCastOf(p, i, error))
+          return false;
+        break;
       }
       // A value in the data section is checked against the section on load.
       if (!t.zero_init() && !t.has_data_offset() && t.data().size() != bytes) {

@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
 namespace ampc {
 namespace {
@@ -190,6 +191,78 @@ TEST(PlanFile, ZeroInitStateLoadsAsZeros) {
   ASSERT_EQ(a.bytes.size(), 256u);
   for (uint8_t byte : a.bytes)
     ASSERT_EQ(byte, 0);
+}
+
+/// A bf16 copy of an fp32 state is converted at load (round to nearest
+/// even) and stores nothing; a conversion from anything but an fp32 state
+/// with a value of its own is refused.
+TEST(PlanFile, CastStateIsConvertedAtLoad) {
+  plan::Plan p = weightPlan();
+  int w = tensorNamed(p, "w");
+  ASSERT_GE(w, 0);
+  p.mutable_tensors(w)->set_storage(plan::STATE);
+  // Values bf16 cannot hold, so that the rounding shows.
+  std::string values(256, '\0');
+  for (int k = 0; k < 64; ++k) {
+    float x = (k % 2 ? -1.0f : 1.0f) / static_cast<float>(k + 3);
+    std::memcpy(&values[4 * k], &x, 4);
+  }
+  p.mutable_tensors(w)->set_data(values);
+  plan::Tensor &copy = *p.add_tensors();
+  copy.set_name("w.bf16");
+  copy.set_type(plan::BF16);
+  copy.add_shape(8);
+  copy.add_shape(8);
+  copy.set_storage(plan::STATE);
+  copy.set_cast_of(w);
+  int c = p.tensors_size() - 1;
+  std::string bytes = serialize(p), error;
+  plan::Plan loaded;
+  ASSERT_TRUE(rt::parsePlanBytes(bytes, "m.plan", loaded, error)) << error;
+  auto session = rt::Session::fromPlan(loaded, rt::createCpuBackend({1}), error);
+  ASSERT_TRUE(session) << error;
+  rt::HostArray master, low;
+  ASSERT_TRUE(session->readTensor(w, master, error)) << error;
+  ASSERT_TRUE(session->readTensor(c, low, error)) << error;
+  ASSERT_EQ(low.bytes.size(), 128u);
+  for (int k = 0; k < 64; ++k) {
+    float x;
+    uint16_t bits;
+    std::memcpy(&x, master.bytes.data() + 4 * k, 4);
+    std::memcpy(&bits, low.bytes.data() + 2 * k, 2);
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    ASSERT_EQ(bits, rounded) << "element " << k;
+  }
+
+  struct Case {
+    std::function<void(plan::Plan &)> corrupt;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[&](plan::Plan &q) { q.mutable_tensors(c)->set_cast_of(c + 5); }, "does not exist"},
+      {[&](plan::Plan &q) { q.mutable_tensors(c)->set_cast_of(c); }, "does not exist"},
+      {[&](plan::Plan &q) { q.mutable_tensors(w)->set_storage(plan::CONSTANT); }, "not an fp32 state"},
+      {[&](plan::Plan &q) { q.mutable_tensors(c)->add_shape(2); }, "not an fp32 state"},
+      {[&](plan::Plan &q) { q.mutable_tensors(c)->set_type(plan::F32); }, "no fp16/bf16 state"},
+      {[&](plan::Plan &q) { q.mutable_tensors(c)->set_data(std::string(128, '\0')); },
+       "no fp16/bf16 state, or has a value"},
+      {[&](plan::Plan &q) {
+         q.mutable_tensors(w)->clear_data();
+         q.mutable_tensors(w)->set_zero_init(true);
+       },
+       "with a stored value"},
+  };
+  for (const Case &k : cases) {
+    plan::Plan q = p;
+    k.corrupt(q);
+    std::string e;
+    plan::Plan out;
+    EXPECT_FALSE(rt::parsePlanBytes(serialize(q), "m.plan", out, e));
+    EXPECT_NE(e.find(k.message), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
 }
 
 /// A backend's copy of a plan is the plan without its values: every other

@@ -63,6 +63,10 @@ bool checkTransfer(const plan::Plan &p, int id, size_t bytes, StoredFn stored,
   return true;
 }
 
+/// Writes the initial value of a `cast_of` state `t` (fp16 or bf16) from its
+/// source's fp32 values, rounding to nearest even as every kernel does.
+void initCastState(const plan::Tensor &t, const void *from, void *to);
+
 /// `to` becomes `from` without the tensors' values (`data`): what a backend
 /// keeps once the values are in its own buffers. Every Plan field is copied
 /// (PlanFile.CopyWithoutValuesKeepsEverythingElse checks that no new field is

@@ -1,0 +1,61 @@
+//===- CastStates.cpp - Low-precision state copies derived at load --------===//
+//
+// A bf16 plan of GPT-2 small stored the bf16 copy of every parameter next to
+// its fp32 master: a third more file, and a third more to read, for values
+// the runtime can compute from the masters while loading.
+//
+//===----------------------------------------------------------------------===//
+
+#include "CastStates.h"
+
+#include "ampc/rt/ElementMath.h"
+
+#include "plan.pb.h"
+
+namespace ampc {
+
+namespace {
+
+/// Whether `copy` holds the runtime's conversion of `master`, bit for bit.
+bool isConversionOf(const Tensor &copy, const Tensor &master) {
+  if (master.dtype() != DType::F32 || master.size() != copy.size())
+    return false;
+  bool half = copy.dtype() == DType::F16;
+  if (!half && copy.dtype() != DType::BF16)
+    return false;
+  const float *in = reinterpret_cast<const float *>(master.data());
+  const uint16_t *out = reinterpret_cast<const uint16_t *>(copy.data());
+  for (int64_t k = 0; k < master.size(); ++k) {
+    uint16_t bits = half ? rt::math::floatToHalf(in[k]) : rt::math::floatToBFloat16(in[k]);
+    if (bits != out[k])
+      return false;
+  }
+  return true;
+}
+
+} // namespace
+
+void markCastStates(const Graph &g, const std::unordered_map<const Value *, int> &tensorOf,
+                    plan::Plan &p) {
+  std::unordered_map<const Value *, const Value *> stateUpdatedTo;
+  for (const StateBinding &b : g.stateBindings)
+    stateUpdatedTo[b.updated] = b.state;
+  for (const StateBinding &b : g.stateBindings) {
+    const Node *cast = b.updated->producer();
+    if (!cast || !cast->is("Cast") || cast->numInputs() != 1 || !b.state->data())
+      continue;
+    auto master = stateUpdatedTo.find(cast->input(0));
+    if (master == stateUpdatedTo.end() || !master->second->data())
+      continue;
+    auto copyId = tensorOf.find(b.state), masterId = tensorOf.find(master->second);
+    if (copyId == tensorOf.end() || masterId == tensorOf.end())
+      continue;
+    plan::Tensor &t = *p.mutable_tensors(copyId->second);
+    if (t.zero_init() || !isConversionOf(*b.state->data(), *master->second->data()))
+      continue;
+    t.clear_data();
+    t.set_cast_of(masterId->second);
+  }
+}
+
+} // namespace ampc

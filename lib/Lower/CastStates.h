@@ -1,0 +1,22 @@
+//===- CastStates.h - Low-precision state copies derived at load ----------===//
+
+#pragma once
+
+#include "ampc/IR/Graph.h"
+
+#include <unordered_map>
+
+namespace ampc {
+namespace plan {
+class Plan;
+}
+
+/// Marks every fp16/bf16 state that the step keeps equal to the conversion of
+/// an fp32 state (the parameter copies cast-cache makes: updated as a Cast of
+/// the parameter's next value, initially its conversion) as `cast_of` that
+/// state, so that the plan stores no value for it. The initial values are
+/// compared element by element: a state that differs keeps its value.
+void markCastStates(const Graph &g, const std::unordered_map<const Value *, int> &tensorOf,
+                    plan::Plan &p);
+
+} // namespace ampc

@@ -9,6 +9,7 @@
 #include "plan.pb.h"
 #include "ampc/ONNX/Export.h"
 #include "ampc/ONNX/Import.h"
+#include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/Pass/Pass.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Support/Error.h"
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <unordered_set>
 
 namespace cl = llvm::cl;
 
@@ -344,8 +346,15 @@ llvm::Expected<ImportedModel> snapshotImport(const Graph &g) {
   for (const Value *v : g.initializers())
     if (v->isParameter())
       m.parameters.push_back(v->name());
+  // The parameters' values stay out of the snapshot: the trained ones are
+  // the plan's state, the others are filled in from the graph at the end.
+  // (GPT-2 small: 0.5 GB less held through every pass.)
+  std::unordered_set<std::string> dataless;
+  for (const Value *v : g.initializers())
+    if (v->isParameter() && v->hasUses())
+      dataless.insert(v->name());
   m.model = std::make_shared<onnx::ModelProto>();
-  graphToModelProto(g, *m.model);
+  graphToModelProto(g, *m.model, &dataless);
   if (auto err = checkModelProto(*m.model))
     return std::move(err);
   return m;
@@ -369,16 +378,45 @@ llvm::Timer *timerFor(llvm::StringRef name) {
   return t.get();
 }
 
+/// Gives the snapshot's parameters that the plan does not train their values
+/// back, from the graph (the trained ones are the plan's state).
+llvm::Error fillUntrainedParameters(const Graph &g, const plan::Plan &p, onnx::ModelProto &model) {
+  std::unordered_set<std::string> trained;
+  for (const plan::Parameter &param : p.parameters())
+    trained.insert(param.onnx_name());
+  for (onnx::TensorProto &init : *model.mutable_graph()->mutable_initializer()) {
+    if (trained.count(init.name()) || init.has_raw_data() || init.dims_size() == 0)
+      continue;
+    const Value *v = g.findValue(init.name());
+    if (!v || !v->data())
+      return makeError("parameter '" + init.name() +
+                       "' is not trained and no longer in the step: its value cannot be kept "
+                       "for --export-onnx");
+    tensorToProto(*v->data(), init.name(), init);
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::string> emitPlan(const Graph &g, const ImportedModel &imported) {
+  bool binary = defaultEmit() == "plan";
+  if (binary && outputFile == "-")
+    return makeError("--emit=plan writes a binary file: give it with -o FILE");
   LowerOptions opts;
   opts.modelParameters = imported.parameters;
   opts.info.push_back({"precision", precision.empty() ? "fp32" : precision.getValue()});
   opts.timerFor = timerFor;
+  // A binary plan is written with the graph's large values in place, not
+  // copied into the plan first.
+  rt::ExternalValues external;
+  if (binary)
+    opts.externalValues = &external;
   auto p = lowerToPlan(g, opts);
   if (!p)
     return p.takeError();
   // The model for --export-onnx: the trained parameters' values are the
   // plan's state, so the model keeps their names, types and dims only.
+  if (auto err = fillUntrainedParameters(g, *p, *imported.model))
+    return std::move(err);
   std::vector<std::string> trained;
   for (const plan::Parameter &param : p->parameters())
     trained.push_back(param.onnx_name());
@@ -386,9 +424,13 @@ llvm::Expected<std::string> emitPlan(const Graph &g, const ImportedModel &import
   if (!model)
     return model.takeError();
   p->set_original_model(std::move(*model));
-  if (defaultEmit() == "plan") {
+  if (binary) {
     llvm::TimeRegion region(timerFor("serialize the plan"));
-    return serializePlanFile(*p);
+    llvm::outs().flush();
+    std::string error;
+    if (!rt::writePlanFile(outputFile, *p, error, external))
+      return makeError(error);
+    return std::string();
   }
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -423,8 +465,8 @@ llvm::Expected<std::string> emitText(const Graph &g, const PassContext &ctx) {
 }
 
 llvm::Error writeResult(const Graph &g, const std::string &text) {
-  if (defaultEmit() == "plan" && outputFile == "-")
-    return makeError("--emit=plan writes a binary file: give it with -o FILE");
+  if (defaultEmit() == "plan")
+    return llvm::Error::success(); // emitPlan wrote the file
   if (defaultEmit() == "onnx")
     return exportModel(g, outputFile, ModelFormat::Binary);
   return writeFileAtomically(outputFile, text);

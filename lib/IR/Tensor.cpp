@@ -214,7 +214,14 @@ double bfloat16BitsToDouble(uint16_t bits) {
 //===----------------------------------------------------------------------===//
 
 Tensor::Tensor(TensorType type)
-    : type_(std::move(type)), bytes_(static_cast<size_t>(type_.byteSize()), 0) {}
+    : type_(std::move(type)), zeroBytes_(static_cast<size_t>(type_.byteSize())) {}
+
+void Tensor::materialize() const {
+  if (!zeroBytes_)
+    return;
+  bytes_.assign(zeroBytes_, '\0');
+  zeroBytes_ = 0;
+}
 
 Tensor Tensor::fromDoubles(TensorType type, std::span<const double> values) {
   Tensor t(std::move(type));
@@ -236,7 +243,15 @@ Tensor Tensor::fromBytes(TensorType type, const void *bytes, size_t size) {
   Tensor t(std::move(type));
   assert(size == t.byteSize());
   if (size)
-    std::memcpy(t.bytes_.data(), bytes, size);
+    std::memcpy(t.data(), bytes, size);
+  return t;
+}
+
+Tensor Tensor::adoptBytes(TensorType type, std::string &&bytes) {
+  Tensor t;
+  t.type_ = std::move(type);
+  assert(bytes.size() == static_cast<size_t>(t.type_.byteSize()));
+  t.bytes_ = std::move(bytes);
   return t;
 }
 
@@ -263,7 +278,7 @@ template <typename T> void store(uint8_t *p, int64_t i, T v) {
 } // namespace
 
 double Tensor::getDouble(int64_t i) const {
-  const uint8_t *p = bytes_.data();
+  const uint8_t *p = data();
   switch (type_.dtype) {
   case DType::F32:
     return load<float>(p, i);
@@ -289,7 +304,7 @@ double Tensor::getDouble(int64_t i) const {
 }
 
 void Tensor::setDouble(int64_t i, double v) {
-  uint8_t *p = bytes_.data();
+  uint8_t *p = data();
   switch (type_.dtype) {
   case DType::F32:
     // Through roundToDType so that out-of-range values become inf, not UB.
@@ -321,7 +336,7 @@ void Tensor::setDouble(int64_t i, double v) {
 }
 
 int64_t Tensor::getInt(int64_t i) const {
-  const uint8_t *p = bytes_.data();
+  const uint8_t *p = data();
   switch (type_.dtype) {
   case DType::I64:
     return load<int64_t>(p, i);
@@ -338,7 +353,7 @@ int64_t Tensor::getInt(int64_t i) const {
 }
 
 void Tensor::setInt(int64_t i, int64_t v) {
-  uint8_t *p = bytes_.data();
+  uint8_t *p = data();
   switch (type_.dtype) {
   case DType::I64:
     return store<int64_t>(p, i, v);

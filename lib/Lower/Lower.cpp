@@ -86,6 +86,7 @@ public:
       specs = std::move(*split);
       createValueTensors();
       markCastStates(g_, tensorOf_, p_);
+      dropConvertedExternalValues();
     }
     for (const ProgramSpec &spec : *specs) {
       plan::Program &prog = *p_.add_programs();
@@ -134,16 +135,47 @@ private:
     return p_.tensors_size() - 1;
   }
 
+  static std::string_view bytesOf(const Tensor &data) {
+    return std::string_view(reinterpret_cast<const char *>(data.data()), data.byteSize());
+  }
+
+  /// State that starts at zero (optimizer moments, accumulators, counters)
+  /// is not stored: the runtime zeroes it.
+  static bool markedZero(plan::Tensor &t, std::string_view bytes) {
+    if (t.storage() != plan::STATE ||
+        !std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == 0; }))
+      return false;
+    t.set_zero_init(true);
+    return true;
+  }
+
   static void setData(plan::Tensor &t, const Tensor &data) {
-    const char *bytes = reinterpret_cast<const char *>(data.data());
-    size_t size = data.byteSize();
-    // State that starts at zero (optimizer moments, accumulators, counters)
-    // is not stored: the runtime zeroes it.
-    if (t.storage() == plan::STATE && std::all_of(bytes, bytes + size, [](char c) { return c == 0; })) {
-      t.set_zero_init(true);
+    if (t.storage() == plan::STATE && data.untouchedZeros())
+      return t.set_zero_init(true);
+    if (!markedZero(t, bytesOf(data)))
+      t.set_data(std::string(bytesOf(data)));
+  }
+
+  /// setData for a value the graph holds: with opts_.externalValues, a large
+  /// one is not copied into the plan but written from the graph (amp-opt:
+  /// GPT-2's weights were held three times while the plan was written).
+  void setGraphData(int id, const Tensor &data) {
+    plan::Tensor &t = *p_.mutable_tensors(id);
+    if (!opts_.externalValues || data.byteSize() < rt::kPlanInlineDataLimit ||
+        data.untouchedZeros())
+      return setData(t, data);
+    if (!markedZero(t, bytesOf(data)))
+      opts_.externalValues->emplace_back(id, bytesOf(data));
+  }
+
+  /// A state converted at load stores nothing, from the graph either.
+  void dropConvertedExternalValues() {
+    if (!opts_.externalValues)
       return;
-    }
-    t.set_data(std::string(bytes, size));
+    auto &values = *opts_.externalValues;
+    values.erase(std::remove_if(values.begin(), values.end(),
+                                [&](const auto &v) { return p_.tensors(v.first).has_cast_of(); }),
+                 values.end());
   }
 
   /// The tensor a view ultimately refers to.
@@ -319,14 +351,16 @@ private:
     for (const Value *v : g_.initializers()) {
       bool state = stateOf_.count(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::CONSTANT);
-      setData(*p_.mutable_tensors(id), *v->data());
+      setGraphData(id, *v->data());
       tensorOf_[v] = id;
     }
     for (const Value *v : g_.inputs()) {
       bool state = stateOf_.count(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::ARENA);
-      if (state)
-        setData(*p_.mutable_tensors(id), v->hasDefault() ? *v->data() : Tensor(v->type()));
+      if (state && v->hasDefault())
+        setGraphData(id, *v->data());
+      else if (state)
+        setData(*p_.mutable_tensors(id), Tensor(v->type()));
       tensorOf_[v] = id;
     }
     for (const Node *n : g_.nodes())

@@ -1,6 +1,8 @@
 //===- Export.cpp - The IR back to ONNX ------------------------------------===//
 
 #include "ampc/ONNX/Export.h"
+
+#include "LargeValues.h"
 #include "ampc/rt/Npy.h"
 
 #include "ampc/IR/Printer.h"
@@ -46,7 +48,8 @@ std::string oneLine(std::string s) {
 
 } // namespace
 
-void graphToModelProto(const Graph &g, onnx::ModelProto &model) {
+void graphToModelProto(const Graph &g, onnx::ModelProto &model,
+                       const std::unordered_set<std::string> *dataless) {
   model.Clear();
   model.set_ir_version(g.irVersion);
   model.set_producer_name(g.producerName.empty() ? "ampc" : g.producerName);
@@ -76,8 +79,17 @@ void graphToModelProto(const Graph &g, onnx::ModelProto &model) {
 
   auto *gp = model.mutable_graph();
   gp->set_name(g.name);
-  for (const Value *v : g.initializers())
-    tensorToProto(*v->data(), v->name(), *gp->add_initializer());
+  for (const Value *v : g.initializers()) {
+    onnx::TensorProto &init = *gp->add_initializer();
+    if (!dataless || !dataless->count(v->name())) {
+      tensorToProto(*v->data(), v->name(), init);
+      continue;
+    }
+    init.set_name(v->name());
+    init.set_data_type(dtypeToOnnx(v->dtype()));
+    for (int64_t d : v->type().shape)
+      init.add_dims(d);
+  }
   for (const Value *v : g.inputs()) {
     addValueInfo(v, *gp->mutable_input());
     if (v->hasDefault())
@@ -119,7 +131,7 @@ void graphToModelProto(const Graph &g, onnx::ModelProto &model) {
 llvm::Error checkModelProto(onnx::ModelProto &model) {
   registerAmpcSchemas();
   try {
-    onnx::checker::check_model(model);
+    checkModelWithStandIns(model);
   } catch (const std::exception &e) {
     return makeError("the ONNX checker rejects the model: " + oneLine(e.what()));
   }

@@ -4,6 +4,7 @@
 
 #include "ampc/Support/Error.h"
 
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -13,7 +14,10 @@ namespace ampc {
 
 namespace {
 
-llvm::Expected<std::string> readExternalData(const onnx::TensorProto &t, const std::string &baseDir) {
+/// The `expected` bytes of a tensor stored in an external file; a length
+/// other than that is refused before anything is read.
+llvm::Expected<std::string> readExternalData(const onnx::TensorProto &t, const std::string &baseDir,
+                                             uint64_t expected) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto &kv : t.external_data()) {
@@ -31,19 +35,23 @@ llvm::Expected<std::string> readExternalData(const onnx::TensorProto &t, const s
                      "the model's folder");
   llvm::SmallString<256> path(baseDir);
   llvm::sys::path::append(path, location);
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
+  uint64_t fileSize = 0;
+  if (std::error_code ec = llvm::sys::fs::file_size(path, fileSize))
+    return makeError("cannot read external data file '" + std::string(path) + "': " + ec.message());
+  if (offset < 0 || static_cast<uint64_t>(offset) > fileSize)
+    return makeError("external data offset is past the end of '" + std::string(path) + "'");
+  if (length >= 0 && static_cast<uint64_t>(length) != expected)
+    return makeError("external data holds " + std::to_string(length) + " bytes, " +
+                     std::to_string(expected) + " are needed");
+  if (expected > fileSize - static_cast<uint64_t>(offset))
+    return makeError("external data of '" + std::string(path) + "' is shorter than expected");
+  // Only the tensor's bytes are read: a model's data file can exceed what
+  // fits in memory next to the model (and 4 GiB).
+  auto buffer = llvm::MemoryBuffer::getFileSlice(path, expected, static_cast<uint64_t>(offset));
   if (!buffer)
     return makeError("cannot read external data file '" + std::string(path) +
                      "': " + buffer.getError().message());
-  llvm::StringRef all = (*buffer)->getBuffer();
-  if (offset < 0 || static_cast<size_t>(offset) > all.size())
-    return makeError("external data offset is past the end of '" + std::string(path) + "'");
-  if (length < 0)
-    length = static_cast<int64_t>(all.size()) - offset;
-  if (static_cast<size_t>(offset + length) > all.size())
-    return makeError("external data of '" + std::string(path) + "' is shorter than expected");
-  return all.substr(offset, length).str();
+  return (*buffer)->getBuffer().str();
 }
 
 } // namespace
@@ -66,13 +74,10 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto &t, const std::st
   size_t bytes = static_cast<size_t>(count) * dtypeSize(dt);
 
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    auto raw = readExternalData(t, baseDir);
+    auto raw = readExternalData(t, baseDir, bytes);
     if (!raw)
       return raw.takeError();
-    if (raw->size() != bytes)
-      return makeError("external data holds " + std::to_string(raw->size()) + " bytes, " +
-                       type.str() + " needs " + std::to_string(bytes));
-    return Tensor::fromBytes(type, raw->data(), raw->size());
+    return Tensor::adoptBytes(type, std::move(*raw));
   }
   if (t.has_raw_data()) {
     if (t.raw_data().size() != bytes)

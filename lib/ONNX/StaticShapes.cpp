@@ -13,6 +13,8 @@
 
 #include "StaticShapes.h"
 
+#include "LargeValues.h"
+
 #include "ampc/Interpreter/Interpreter.h"
 #include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/ONNX/TypeInference.h"
@@ -105,7 +107,8 @@ public:
     types_ = collectTypes(work_.graph());
     auto &graph = *work_.mutable_graph();
     for (const auto &t : graph.initializer()) {
-      if (known_.count(t.name()))
+      // A large value taken out of the model computes no shape.
+      if (known_.count(t.name()) || hasNoValue(t))
         continue;
       auto tensor = tensorFromProto(t);
       if (!tensor)

@@ -293,7 +293,7 @@ std::string npyBytes(const HostArray &a) {
 
 namespace {
 
-bool writeAll(int fd, const std::string &bytes) {
+bool writeAll(int fd, std::string_view bytes) {
   for (size_t done = 0; done < bytes.size();) {
     ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR)
@@ -309,10 +309,13 @@ bool writeAll(int fd, const std::string &bytes) {
 /// into this process's own standard stream (`stream` >= 0) where the path
 /// reaches it through /dev/stdout or /proc/self/fd — reopening that file
 /// would truncate what the shell redirected there.
-bool writeInPlace(const std::string &path, int stream, const std::string &bytes, std::string &error) {
+bool writeInPlace(const std::string &path, int stream, std::span<const std::string_view> pieces,
+                  std::string &error) {
   std::fflush(nullptr);
   int fd = stream >= 0 ? stream : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-  bool ok = fd >= 0 && writeAll(fd, bytes);
+  bool ok = fd >= 0;
+  for (std::string_view piece : pieces)
+    ok = ok && writeAll(fd, piece);
   if (stream < 0 && fd >= 0)
     ok = ::close(fd) == 0 && ok;
   if (!ok)
@@ -359,6 +362,12 @@ bool linkTarget(const std::string &path, std::string &target, std::string &error
 
 bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error,
                      Durability durability) {
+  std::string_view piece(bytes);
+  return writeFileAtomic(path, std::span<const std::string_view>(&piece, 1), error, durability);
+}
+
+bool writeFileAtomic(const std::string &path, std::span<const std::string_view> pieces,
+                     std::string &error, Durability durability) {
   // Only a regular file is replaced through a temporary and a rename: a
   // device (/dev/null), a FIFO, a terminal, or a standard stream redirected
   // to a file is written in place (renaming over it would replace the
@@ -368,7 +377,7 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
   if (::stat(path.c_str(), &st) == 0) {
     int stream = standardStreamOf(st);
     if (stream >= 0 || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)))
-      return writeInPlace(path, stream, bytes, error);
+      return writeInPlace(path, stream, pieces, error);
   }
   std::string target;
   if (!linkTarget(path, target, error))
@@ -394,12 +403,21 @@ bool writeFileAtomic(const std::string &path, const std::string &bytes, std::str
     static long writesOfTarget = 0;
     std::string base = path.substr(path.find_last_of('/') + 1);
     if (base == target && ++writesOfTarget >= nth) {
-      std::fwrite(bytes.data(), 1, bytes.size() / 2, f);
+      size_t total = 0;
+      for (std::string_view piece : pieces)
+        total += piece.size();
+      for (size_t left = total / 2, k = 0; left > 0 && k < pieces.size(); ++k) {
+        size_t n = std::min(left, pieces[k].size());
+        std::fwrite(pieces[k].data(), 1, n, f);
+        left -= n;
+      }
       std::fflush(f);
       std::abort();
     }
   }
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  bool ok = true;
+  for (std::string_view piece : pieces)
+    ok = ok && std::fwrite(piece.data(), 1, piece.size(), f) == piece.size();
   ok = (std::fflush(f) == 0) && ok;
   ok = (durability == Durability::ProcessCrash || ::fsync(fileno(f)) == 0) && ok;
   ok = (std::fclose(f) == 0) && ok;

@@ -94,14 +94,9 @@ size_t planTensorBytes(const plan::Tensor &t) {
 
 namespace {
 
-/// Tensors at least this large go to the data section; smaller ones stay
-/// inline, where 64-byte alignment would waste more than it saves.
-constexpr size_t kInlineDataLimit = 256;
-
 uint64_t alignUp(uint64_t n) { return (n + kPlanDataAlignment - 1) / kPlanDataAlignment * kPlanDataAlignment; }
 
-uint64_t crcOf(const char *data, size_t size) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+uint64_t crcOf(const char *data, size_t size, uLong crc = crc32(0L, Z_NULL, 0)) {
   const size_t chunk = 1u << 30;
   for (size_t off = 0; off < size; off += chunk) {
     size_t n = std::min(chunk, size - off);
@@ -112,73 +107,117 @@ uint64_t crcOf(const char *data, size_t size) {
 
 } // namespace
 
-bool serializePlan(plan::Plan &p, std::string &bytes, std::string &error) {
-  // Large values leave the message for the data section while it is
-  // serialized (swapped out, not copied), and come back after.
+bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePieces &out,
+                    std::string &error) {
+  // Every value of the data section, in tensor order: large values leave the
+  // message while it is serialized (swapped out, not copied) and come back
+  // after; external ones were never in it.
+  std::vector<std::string_view> outside(p.tensors_size());
+  std::vector<char> isOutside(p.tensors_size(), 0);
+  for (const auto &[id, bytes] : external) {
+    if (id < 0 || id >= p.tensors_size() || !p.tensors(id).data().empty() || isOutside[id]) {
+      error = "the plan's external value for tensor " + std::to_string(id) + " is invalid";
+      return false;
+    }
+    outside[id] = bytes;
+    isOutside[id] = 1;
+  }
   std::vector<std::pair<int, std::string>> moved;
+  std::vector<int> order;
   uint64_t dataSize = 0;
   for (int i = 0; i < p.tensors_size(); ++i) {
     plan::Tensor &t = *p.mutable_tensors(i);
-    if (t.data().size() < kInlineDataLimit)
+    size_t size = isOutside[i] ? outside[i].size() : t.data().size();
+    if (size < kPlanInlineDataLimit)
       continue;
     t.set_data_offset(dataSize);
-    dataSize = alignUp(dataSize + t.data().size());
+    dataSize = alignUp(dataSize + size);
+    order.push_back(i);
+    if (isOutside[i])
+      continue;
     moved.emplace_back(i, std::string());
     moved.back().second.swap(*t.mutable_data());
   }
-  auto restore = [&] {
-    for (auto &[i, data] : moved) {
-      plan::Tensor &t = *p.mutable_tensors(i);
-      t.mutable_data()->swap(data);
-      t.clear_data_offset();
-    }
-  };
-  // Deterministic, so that one model and one command give the same plan
-  // bytes (protobuf orders map fields, the plan's info, by hash otherwise).
   std::string payload;
   bool ok = p.ByteSizeLong() <= static_cast<size_t>(INT32_MAX);
   if (ok) {
+    // Deterministic, so that one model and one command give the same plan
+    // bytes (protobuf orders map fields, the plan's info, by hash otherwise).
     google::protobuf::io::StringOutputStream stream(&payload);
     google::protobuf::io::CodedOutputStream coded(&stream);
     coded.SetSerializationDeterministic(true);
     ok = p.SerializeToCodedStream(&coded);
   }
+  for (auto &[i, data] : moved)
+    p.mutable_tensors(i)->mutable_data()->swap(data);
+  std::vector<uint64_t> offsets;
+  for (int i : order) {
+    offsets.push_back(p.tensors(i).data_offset());
+    p.mutable_tensors(i)->clear_data_offset();
+  }
   if (!ok) {
-    restore();
     error = "the plan could not be serialized (its message is larger than 2 GiB)";
     return false;
   }
+
   uint64_t dataStart = alignUp(kPlanHeaderSize + payload.size());
-  bytes.clear();
-  bytes.reserve(dataStart + dataSize);
-  bytes.append(kMagic, 8);
-  put<uint32_t>(bytes, kPlanVersion);
-  put<uint32_t>(bytes, 0);
-  put<uint64_t>(bytes, payload.size());
-  put<uint64_t>(bytes, crcOf(payload.data(), payload.size()));
-  put<uint64_t>(bytes, dataStart);
-  put<uint64_t>(bytes, dataSize);
-  put<uint64_t>(bytes, 0); // the data CRC, once the section is written
-  put<uint64_t>(bytes, 0);
-  bytes += payload;
-  for (auto &[i, data] : moved) {
-    bytes.resize(dataStart + p.tensors(i).data_offset(), '\0');
-    bytes += data;
+  std::string &head = out.head;
+  head.clear();
+  head.reserve(dataStart);
+  head.append(kMagic, 8);
+  put<uint32_t>(head, kPlanVersion);
+  put<uint32_t>(head, 0);
+  put<uint64_t>(head, payload.size());
+  put<uint64_t>(head, crcOf(payload.data(), payload.size()));
+  put<uint64_t>(head, dataStart);
+  put<uint64_t>(head, dataSize);
+  put<uint64_t>(head, 0); // the data CRC, below
+  put<uint64_t>(head, 0);
+  head += payload;
+  head.resize(dataStart, '\0');
+  out.zeros.assign(kPlanDataAlignment, '\0');
+  out.pieces.assign(1, head);
+  uLong dataCrc = crc32(0L, Z_NULL, 0);
+  auto add = [&](std::string_view piece) {
+    out.pieces.push_back(piece);
+    dataCrc = crcOf(piece.data(), piece.size(), dataCrc);
+  };
+  for (size_t k = 0; k < order.size(); ++k) {
+    int i = order[k];
+    std::string_view value = isOutside[i] ? outside[i] : std::string_view(p.tensors(i).data());
+    add(value);
+    uint64_t end = k + 1 < order.size() ? offsets[k + 1] : dataSize;
+    if (uint64_t pad = end - offsets[k] - value.size())
+      add(std::string_view(out.zeros).substr(0, pad));
   }
-  bytes.resize(dataStart + dataSize, '\0');
-  uint64_t dataCrc = crcOf(bytes.data() + dataStart, dataSize);
-  std::memcpy(&bytes[48], &dataCrc, sizeof(dataCrc));
-  restore();
+  uint64_t crc = dataCrc;
+  std::memcpy(&head[48], &crc, sizeof(crc));
   return true;
 }
 
-bool writePlanFile(const std::string &path, plan::Plan &p, std::string &error) {
-  std::string bytes;
-  if (!serializePlan(p, bytes, error)) {
+bool serializePlan(plan::Plan &p, std::string &bytes, std::string &error) {
+  PlanFilePieces pieces;
+  if (!planFilePieces(p, {}, pieces, error))
+    return false;
+  size_t total = 0;
+  for (std::string_view piece : pieces.pieces)
+    total += piece.size();
+  bytes.clear();
+  bytes.reserve(total);
+  for (std::string_view piece : pieces.pieces)
+    bytes += piece;
+  return true;
+}
+
+bool writePlanFile(const std::string &path, plan::Plan &p, std::string &error,
+                   const ExternalValues &external) {
+  PlanFilePieces pieces;
+  if (!planFilePieces(p, external, pieces, error)) {
     error = path + ": " + error;
     return false;
   }
-  return writeFileAtomic(path, bytes, error);
+  // A compiler's output can be rebuilt: no fsync, as LLVM's tools do.
+  return writeFileAtomic(path, pieces.pieces, error, Durability::ProcessCrash);
 }
 
 namespace {

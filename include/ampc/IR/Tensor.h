@@ -31,12 +31,18 @@ double bfloat16BitsToDouble(uint16_t bits);
 class Tensor {
 public:
   Tensor() = default;
-  /// A zero-filled tensor of the given type.
+  /// A zero-filled tensor of the given type. Its bytes are allocated when
+  /// first accessed: the optimizer's moments of a large model (two tensors
+  /// the size of the parameters, GPT-2 small: 1 GB) are never touched by the
+  /// compiler, whose plan marks them zero_init.
   explicit Tensor(TensorType type);
 
   static Tensor fromDoubles(TensorType type, std::span<const double> values);
   static Tensor fromInt64s(TensorType type, std::span<const int64_t> values);
   static Tensor fromBytes(TensorType type, const void *bytes, size_t size);
+  /// Takes `bytes` (exactly the type's size) as the tensor's storage, without
+  /// a copy: an imported initializer's raw data.
+  static Tensor adoptBytes(TensorType type, std::string &&bytes);
   static Tensor scalar(DType dtype, double value);
   /// A 1-D int64 tensor.
   static Tensor int64Vector(std::span<const int64_t> values);
@@ -46,9 +52,18 @@ public:
   const Shape &shape() const { return type_.shape; }
   int64_t size() const { return type_.numElements(); }
 
-  const uint8_t *data() const { return bytes_.data(); }
-  uint8_t *data() { return bytes_.data(); }
-  size_t byteSize() const { return bytes_.size(); }
+  const uint8_t *data() const {
+    materialize();
+    return reinterpret_cast<const uint8_t *>(bytes_.data());
+  }
+  uint8_t *data() {
+    materialize();
+    return reinterpret_cast<uint8_t *>(bytes_.data());
+  }
+  size_t byteSize() const { return zeroBytes_ ? zeroBytes_ : bytes_.size(); }
+  /// True for a zero-filled tensor whose bytes were never accessed (false
+  /// says nothing): lets a reader skip a scan of zeros, and their allocation.
+  bool untouchedZeros() const { return zeroBytes_ != 0 || bytes_.empty(); }
 
   /// Element i converted to double (exact for all float types and for integers
   /// up to 2^53).
@@ -68,12 +83,21 @@ public:
   Tensor castTo(DType dtype) const;
 
   bool bitwiseEqual(const Tensor &o) const {
-    return type_ == o.type_ && bytes_ == o.bytes_;
+    return type_ == o.type_ && byteSize() == o.byteSize() &&
+           std::memcmp(data(), o.data(), byteSize()) == 0;
   }
 
 private:
   TensorType type_;
-  std::vector<uint8_t> bytes_;
+  /// Allocates the bytes of a zero-filled tensor on first access. Not
+  /// thread-safe: a tensor shared across threads is touched first.
+  void materialize() const;
+
+  // A string rather than a vector of bytes, so that a protobuf's raw data
+  // can become a tensor without a copy (heap blocks are 16-byte aligned).
+  mutable std::string bytes_;
+  /// The size of a zero-filled tensor not yet allocated; 0 once it is.
+  mutable size_t zeroBytes_ = 0;
 };
 
 } // namespace ampc

@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ampc {
@@ -35,6 +36,11 @@ struct LowerOptions {
   /// When set, each phase of the lowering is timed with the timer it returns
   /// for the phase's name (amp-opt --time-passes).
   std::function<llvm::Timer *(llvm::StringRef phase)> timerFor;
+  /// When set, the values of initializers and state defaults of 256 bytes or
+  /// more stay in the graph: the plan's tensor has no data and this list gets
+  /// (tensor id, the graph's bytes), for rt::writePlanFile. The graph must
+  /// outlive the writing.
+  std::vector<std::pair<int, std::string_view>> *externalValues = nullptr;
 };
 
 /// Lowers a graph (typically a training step) to a plan.

@@ -6,6 +6,7 @@
 #include "llvm/Support/Error.h"
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace onnx {
@@ -17,10 +18,14 @@ namespace ampc {
 enum class ModelFormat { Binary, Text };
 
 /// Converts a graph to a ModelProto (ampc ops are declared in opset_import;
-/// state bindings become TrainingInfoProto.update_binding).
-void graphToModelProto(const Graph &g, onnx::ModelProto &model);
+/// state bindings become TrainingInfoProto.update_binding). Initializers
+/// named in `dataless` get their name, type and dims only.
+void graphToModelProto(const Graph &g, onnx::ModelProto &model,
+                       const std::unordered_set<std::string> *dataless = nullptr);
 
 /// Runs onnx::checker (full check) and strict shape inference on a model.
+/// Initializers without a value are accepted (a plan's snapshot of the
+/// model, whose trained values are the plan's state).
 llvm::Error checkModelProto(onnx::ModelProto &model);
 
 /// Serializes the model; the text form is the printer's, with full data.

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ampc::rt {
@@ -60,5 +62,9 @@ enum class Durability { PowerLoss, ProcessCrash };
 /// rename, so a reader never sees a partial file.
 bool writeFileAtomic(const std::string &path, const std::string &bytes, std::string &error,
                      Durability durability = Durability::PowerLoss);
+/// The same for a file made of pieces written one after the other (a plan:
+/// its message, then tensor values held elsewhere), without joining them.
+bool writeFileAtomic(const std::string &path, std::span<const std::string_view> pieces,
+                     std::string &error, Durability durability = Durability::PowerLoss);
 
 } // namespace ampc::rt

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ampc::rt {
 
@@ -15,12 +18,35 @@ inline constexpr size_t kPlanHeaderSize = 64;
 /// Every value in the data section starts at a multiple of this.
 inline constexpr uint64_t kPlanDataAlignment = 64;
 
+/// Values this large or larger go to the data section; smaller ones stay
+/// inline, where 64-byte alignment would waste more than it saves.
+inline constexpr size_t kPlanInlineDataLimit = 256;
+
+/// Values of the data section held outside the plan, by tensor id: the
+/// compiler's own tensors, written to the file without a copy in the plan.
+using ExternalValues = std::vector<std::pair<int, std::string_view>>;
+
+/// A plan file as pieces to write one after the other: `head` (header and
+/// message), then each value of the data section and its padding, pointing
+/// into the plan's tensors and the external values (valid while those are
+/// alive and unchanged).
+struct PlanFilePieces {
+  std::string head;
+  std::string zeros;
+  std::vector<std::string_view> pieces;
+};
+bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePieces &out,
+                    std::string &error);
+
 /// Serializes a plan: header (magic, version, sizes, CRC-32s), the message,
-/// and the data section holding every value of 256 bytes or more. The values
-/// leave `p` during the call and are back in it when it returns.
+/// and the data section holding every value of kPlanInlineDataLimit bytes or
+/// more. The values leave `p` during the call and are back in it when it
+/// returns.
 bool serializePlan(plan::Plan &p, std::string &bytes, std::string &error);
-/// Writes a plan file atomically.
-bool writePlanFile(const std::string &path, plan::Plan &p, std::string &error);
+/// Writes a plan file atomically, piece by piece (no copy of the file in
+/// memory); `external` gives the values the plan does not hold.
+bool writePlanFile(const std::string &path, plan::Plan &p, std::string &error,
+                   const ExternalValues &external = {});
 /// Reads and checks a plan file (mapped, not read through a stream): magic,
 /// version, sizes, checksums, validatePlan, then the data section's values
 /// into their tensors. Errors are one line starting with the path.

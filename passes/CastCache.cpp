@@ -7,8 +7,9 @@
 // optimizer step. This pass does that inside the graph: the copy becomes a
 // state `<param>.<dtype>` holding the cast of the initial value; the casts of
 // the parameter read it; and the step computes the cast of the updated
-// parameter as the state's next value, which the lowering fuses into the
-// optimizer's update (2 more bytes written per parameter there). The numbers
+// parameter as the state's next value: ampc.AdamW writes it as its fourth
+// result, and other updates' Casts fuse into their elementwise steps (2 more
+// bytes written per parameter there). The numbers
 // do not change: the same round-to-nearest-even cast of the same fp32 value,
 // done at the end of the previous step instead of the start of this one. The
 // price is memory: the copies persist between steps (2 bytes per parameter of
@@ -77,11 +78,26 @@ private:
       n->output()->replaceAllUsesWith(copy);
       g.eraseNode(n);
     }
+    if (Value *fused = copyFromAdamW(g, next, dtype)) {
+      bindState(g, copy, fused);
+      return;
+    }
     Graph::InsertionGuard guard(g, nullptr);
     Node *refresh = g.createNode("Cast", {next}, {next->type().withDType(dtype)},
                                  {{"to", Attribute::ofInt(dtypeToOnnx(dtype))}},
                                  copy->name() + "/refresh");
     bindState(g, copy, refresh->output());
+  }
+
+  /// An ampc.AdamW update writes the copy itself (its optional result 3),
+  /// rounding the value it has just computed: no second pass over the
+  /// parameter. Null when `next` is not such an update's parameter.
+  static Value *copyFromAdamW(Graph &g, Value *next, DType dtype) {
+    Node *n = next->producer();
+    if (!n || !n->isAmpc("AdamW") || next != n->output(0) || n->numOutputs() != 3)
+      return nullptr;
+    return n->addOutput(g.uniqueName(next->name() + "." + shortDTypeName(dtype)),
+                        next->type().withDType(dtype));
   }
 };
 

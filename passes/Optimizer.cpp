@@ -8,13 +8,18 @@
 //   AdamW: p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 //          p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 // Optionally the gradients are first clipped by their global L2 norm with
-// torch.nn.utils.clip_grad_norm_'s formula. When loss scaling found an
+// torch.nn.utils.clip_grad_norm_'s formula. An fp32 parameter's AdamW update
+// is one ampc.AdamW node (OptimizerMath.h: the same operations in the same
+// order as the elementwise graph, which other types still get): a node per
+// parameter instead of about twenty keeps compile time down on models with
+// thousands of small parameters. When loss scaling found an
 // overflow (found_inf) every parameter, moment and the step counter keep their
 // old values, bit for bit (Where selects the old tensor). BatchNormalization's
 // running statistics become state too.
 //
 //===----------------------------------------------------------------------===//
 
+#include "ampc/Passes/Autocast.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Passes/Training.h"
 #include "ampc/Support/Error.h"
@@ -78,6 +83,10 @@ public:
       Value *p = grads[i].param;
       if (!p->isInitializer())
         return makeError("parameter '" + p->name() + "' is not an initializer");
+      if (c_.kind == "adamw" && p->dtype() == DType::F32) {
+        fusedAdamW(b, g, p, gradValues[i], lr, t, found);
+        continue;
+      }
       Value *grad = b.cast(gradValues[i], p->dtype());
       Value *updated = c_.kind == "sgd" ? sgd(b, g, p, grad, lr, step, keepOnOverflow)
                                         : adamw(b, g, p, grad, lr, t, keepOnOverflow);
@@ -178,6 +187,34 @@ private:
     return b.sub(p, b.mul(update, once("lr", dt, [&] { return b.cast(lr, dt); })));
   }
 
+  /// An fp32 master parameter: one ampc.AdamW node updates it and both
+  /// moments (skipping on found_inf itself), with the arithmetic of adamw()
+  /// below, operation for operation.
+  void fusedAdamW(Builder &b, Graph &g, Value *p, Value *grad, Value *lr, Value *t, Value *found) {
+    Value *m = addState(g, p->name() + ".exp_avg", Tensor(p->type()));
+    Value *v = addState(g, p->name() + ".exp_avg_sq", Tensor(p->type()));
+    // A gradient widened from fp16/bf16 is read in its own type: the update
+    // widens it exactly, and the fp32 copy need not be written.
+    if (Node *widen = grad->producer();
+        widen && widen->is("Cast") && widen->input(0) && isLowPrecision(widen->input(0)->dtype()))
+      grad = widen->input(0);
+    std::vector<Value *> inputs = {p, grad, m, v, lr, t};
+    if (found)
+      inputs.push_back(found);
+    Node *n = b.node("AdamW", inputs, {p->type(), p->type(), p->type()},
+                     {{"beta1", Attribute::ofFloat(c_.beta1)},
+                      {"one_minus_beta1", Attribute::ofFloat(1 - c_.beta1)},
+                      {"beta2", Attribute::ofFloat(c_.beta2)},
+                      {"one_minus_beta2", Attribute::ofFloat(1 - c_.beta2)},
+                      {"epsilon", Attribute::ofFloat(c_.eps)},
+                      {"weight_decay", Attribute::ofFloat(c_.weightDecay)}},
+                     std::string(kAmpcDomain));
+    bindState(g, p, n->output(0));
+    bindState(g, m, n->output(1));
+    bindState(g, v, n->output(2));
+  }
+
+  /// AdamW on a parameter of another type (fp16, bf16, double), node by node.
   template <typename Keep>
   Value *adamw(Builder &b, Graph &g, Value *p, Value *grad, Value *lr, Value *t, Keep keep) {
     DType dt = p->dtype();

@@ -33,6 +33,19 @@ bool isConversionOf(const Tensor &copy, const Tensor &master) {
   return true;
 }
 
+/// The value `updated` is the rounding of: a Cast's input, or the updated
+/// parameter of an ampc.AdamW that also writes its copy (result 3).
+const Value *roundingOf(const Value *updated) {
+  const Node *n = updated->producer();
+  if (!n)
+    return nullptr;
+  if (n->is("Cast") && n->numInputs() == 1)
+    return n->input(0);
+  if (n->isAmpc("AdamW") && n->numOutputs() == 4 && n->output(3) == updated)
+    return n->output(0);
+  return nullptr;
+}
+
 } // namespace
 
 void markCastStates(const Graph &g, const std::unordered_map<const Value *, int> &tensorOf,
@@ -41,10 +54,10 @@ void markCastStates(const Graph &g, const std::unordered_map<const Value *, int>
   for (const StateBinding &b : g.stateBindings)
     stateUpdatedTo[b.updated] = b.state;
   for (const StateBinding &b : g.stateBindings) {
-    const Node *cast = b.updated->producer();
-    if (!cast || !cast->is("Cast") || cast->numInputs() != 1 || !b.state->data())
+    const Value *rounded = roundingOf(b.updated);
+    if (!rounded || !b.state->data())
       continue;
-    auto master = stateUpdatedTo.find(cast->input(0));
+    auto master = stateUpdatedTo.find(rounded);
     if (master == stateUpdatedTo.end() || !master->second->data())
       continue;
     auto copyId = tensorOf.find(b.state), masterId = tensorOf.find(master->second);

@@ -60,6 +60,10 @@ bool isView(const Node &n) {
          n.input(0)->dtype() == n.output()->dtype();
 }
 
+/// Steps whose every result element depends on the same element of the
+/// inputs only, so a result may overwrite an input it reads.
+bool updatesElementwise(const std::string &op) { return op == "ampc.Fused" || op == "ampc.AdamW"; }
+
 class Lowering {
 public:
   Lowering(const Graph &g, const LowerOptions &opts) : g_(g), opts_(opts) {}
@@ -776,8 +780,9 @@ private:
     return last;
   }
 
-  /// An update computed by a fused step after the last read of its state is
-  /// written straight into the state: no copy, no arena buffer.
+  /// An update computed by a fused step (or an ampc.AdamW, elementwise too)
+  /// after the last read of its state is written straight into the state: no
+  /// copy, no arena buffer.
   void makeUpdatesInPlace(plan::Program &prog, const ProgramSpec &spec) {
     auto last = lastReads(prog);
     std::unordered_set<int> used;
@@ -788,7 +793,7 @@ private:
         viewsOf[p_.tensors(i).view_of()].push_back(i);
     for (const StateBinding &sb : spec.updates) {
       auto step = stepOf_.find(sb.updated);
-      if (step == stepOf_.end() || prog.steps(step->second).op() != "ampc.Fused")
+      if (step == stepOf_.end() || !updatesElementwise(prog.steps(step->second).op()))
         continue;
       int state = tensorOf(sb.state), updated = tensorOf(sb.updated);
       if (p_.tensors(updated).has_view_of() || sb.updated->isGraphInput() || used.count(state))

@@ -29,6 +29,47 @@ void appendTrainingSchemas(std::vector<onnx::OpSchema> &schemas) {
                 onnx::TensorProto::BOOL);
             ctx.getOutputType(0)->mutable_tensor_type()->mutable_shape();
           }));
+
+  // torch.optim.AdamW's update of one fp32 master parameter and its moments
+  // in one pass (as torch's fused AdamW and ONNX Runtime's AdamWOptimizer):
+  // one node per parameter instead of some twenty elementwise ones.
+  schemas.push_back(
+      AMPC_SCHEMA("AdamW",
+                  "AdamW step t of one parameter (fp32 math, torch.optim.AdamW's formulas; "
+                  "runtime/include/ampc/rt/OptimizerMath.h). When found_inf is true the "
+                  "outputs are the inputs, bit for bit.")
+          .Input(0, "param", "The fp32 master parameter", "T")
+          .Input(1, "grad", "Its gradient, in any float type", "G")
+          .Input(2, "exp_avg", "First moment", "T")
+          .Input(3, "exp_avg_sq", "Second moment", "T")
+          .Input(4, "lr", "Learning rate (scalar)", "T")
+          .Input(5, "step", "Step count t, from 1 (scalar)", "T")
+          .Input(6, "found_inf", "Skip the update (scalar)", "tensor(bool)",
+                 onnx::OpSchema::Optional)
+          .Output(0, "param_out", "Updated parameter", "T")
+          .Output(1, "exp_avg_out", "Updated first moment", "T")
+          .Output(2, "exp_avg_sq_out", "Updated second moment", "T")
+          .Output(3, "param_copy", "The updated parameter rounded to fp16 or bf16 (cast-cache)",
+                  "C", onnx::OpSchema::Optional)
+          .Attr("beta1", "beta1", onnx::AttributeProto::FLOAT, 0.9f)
+          .Attr("beta2", "beta2", onnx::AttributeProto::FLOAT, 0.999f)
+          .Attr("one_minus_beta1", "1 - beta1 rounded once from double (default: from beta1)",
+                onnx::AttributeProto::FLOAT, onnx::OPTIONAL_VALUE)
+          .Attr("one_minus_beta2", "1 - beta2 rounded once from double (default: from beta2)",
+                onnx::AttributeProto::FLOAT, onnx::OPTIONAL_VALUE)
+          .Attr("epsilon", "eps", onnx::AttributeProto::FLOAT, 1e-8f)
+          .Attr("weight_decay", "Decoupled weight decay", onnx::AttributeProto::FLOAT, 0.0f)
+          .TypeConstraint("T", {"tensor(float)"}, "fp32")
+          .TypeConstraint("G", {"tensor(float)", "tensor(float16)", "tensor(bfloat16)"},
+                          "Gradient types")
+          .TypeConstraint("C", {"tensor(float16)", "tensor(bfloat16)"}, "Copy types")
+          .TypeAndShapeInferenceFunction([](onnx::InferenceContext &ctx) {
+            propagateTypeAndShape(ctx, 0, 0);
+            propagateTypeAndShape(ctx, 2, 1);
+            propagateTypeAndShape(ctx, 3, 2);
+            // The copy's type (fp16 or bf16) is not implied by the inputs:
+            // it is the recorded one.
+          }));
 }
 
 } // namespace ampc

@@ -2,7 +2,11 @@
 
 #include "Kernel.h"
 
+#include "ampc/rt/OptimizerMath.h"
+
 #include <atomic>
+#include <cstring>
+#include <type_traits>
 
 namespace ampc::rt::cpu {
 
@@ -58,8 +62,123 @@ std::unique_ptr<Kernel> createAllFinite(const StepContext &ctx, std::string &err
   });
 }
 
+/// The AdamW loop over [begin, end) for one gradient storage type and one
+/// copy type (none, fp16, bf16); only the conversions differ, so each
+/// instantiation is a plain loop the compiler vectorizes.
+template <typename G, typename Load, typename Store>
+void adamwRange(const math::AdamWConstants &c, const math::AdamWStepScalars &s, const G *g,
+                Load load, float *p, float *m, float *v, uint16_t *copy, Store store,
+                int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    math::adamwUpdate(c, s, load(g[i]), p[i], m[i], v[i]);
+    if constexpr (!std::is_same_v<Store, std::nullptr_t>)
+      copy[i] = store(p[i]);
+  }
+}
+
+template <typename G, typename Load>
+void adamwRangeCopy(const math::AdamWConstants &c, const math::AdamWStepScalars &s, const G *g,
+                    Load load, float *p, float *m, float *v, const TensorArg &copy,
+                    int64_t begin, int64_t end) {
+  uint16_t *to = copy.as<uint16_t>();
+  if (!to)
+    adamwRange(c, s, g, load, p, m, v, to, nullptr, begin, end);
+  else if (copy.type == plan::F16)
+    adamwRange(c, s, g, load, p, m, v, to, math::floatToHalf, begin, end);
+  else
+    adamwRange(c, s, g, load, p, m, v, to, math::floatToBFloat16, begin, end);
+}
+
+bool isLowPrecision(plan::ElemType t) { return t == plan::F16 || t == plan::BF16; }
+
+/// Checks ampc.AdamW's operands; empty when they are what the kernel reads.
+std::string checkAdamWOperands(const StepContext &ctx) {
+  if (ctx.inputs.size() < 6 || ctx.outputs.size() < 3 || ctx.outputs.size() > 4)
+    return "AdamW takes param, grad, exp_avg, exp_avg_sq, lr, step[, found_inf] and produces 3 "
+           "or 4 results";
+  for (unsigned i = 0; i < 6; ++i)
+    if (!ctx.has(i))
+      return "AdamW input " + std::to_string(i) + " is missing";
+  int64_t n = ctx.inputs[0].numel;
+  for (unsigned i : {0u, 2u, 3u, 4u, 5u})
+    if (ctx.inputs[i].type != plan::F32)
+      return "AdamW's parameter, moments, lr and step are fp32";
+  const TensorArg &g = ctx.inputs[1];
+  if (g.type != plan::F32 && !isLowPrecision(g.type))
+    return "AdamW's gradient is fp32, fp16 or bf16";
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    const TensorArg &o = ctx.outputs[i];
+    bool typeOk = i < 3 ? o.type == plan::F32 : isLowPrecision(o.type);
+    if (!o.data || !typeOk || o.numel != n)
+      return "AdamW's results are fp32 tensors of the parameter's size (and its fp16/bf16 copy)";
+  }
+  if (g.numel != n || ctx.inputs[2].numel != n || ctx.inputs[3].numel != n ||
+      ctx.inputs[4].numel != 1 || ctx.inputs[5].numel != 1 ||
+      (ctx.has(6) && (ctx.inputs[6].type != plan::BOOL || ctx.inputs[6].numel != 1)))
+    return "AdamW's operands: param, grad and moments of one size, scalar lr, step and found_inf";
+  return "";
+}
+
+/// ampc.AdamW: param, moments and their results fp32 (the results usually
+/// alias the inputs: the lowering updates state in place), the gradient any
+/// float type, and optionally the updated parameter's fp16/bf16 copy.
+std::unique_ptr<Kernel> createAdamW(const StepContext &ctx, std::string &error) {
+  error = checkAdamWOperands(ctx);
+  if (!error.empty())
+    return nullptr;
+  double beta1 = ctx.attrFloat("beta1", 0.9), beta2 = ctx.attrFloat("beta2", 0.999);
+  math::AdamWConstants c = math::adamwConstants(
+      beta1, ctx.attrFloat("one_minus_beta1", 1 - beta1), beta2,
+      ctx.attrFloat("one_minus_beta2", 1 - beta2), ctx.attrFloat("epsilon", 1e-8),
+      ctx.attrFloat("weight_decay", 0.0));
+  std::vector<TensorArg> in = ctx.inputs, out = ctx.outputs;
+  in.resize(7);
+  out.resize(4);
+  int64_t n = in[0].numel;
+  ThreadPool &pool = ctx.pool;
+  return std::make_unique<LambdaKernel>([c, in, out, n, &pool] {
+    const float *pin = in[0].as<float>(), *min = in[2].as<float>(), *vin = in[3].as<float>();
+    float *pout = out[0].as<float>(), *mout = out[1].as<float>(), *vout = out[2].as<float>();
+    // When the lowering could not update in place, start from a copy.
+    auto copyIfApart = [n](const float *from, float *to) {
+      if (from != to)
+        std::memcpy(to, from, n * sizeof(float));
+    };
+    copyIfApart(pin, pout);
+    copyIfApart(min, mout);
+    copyIfApart(vin, vout);
+    const TensorArg &copy = out[3];
+    if (in[6].data && *in[6].as<uint8_t>() != 0) {
+      // Skipped: the copy is refreshed from the unchanged parameter.
+      if (copy.data)
+        for (int64_t i = 0; i < n; ++i)
+          storeFloat(copy, i, pout[i]);
+      return;
+    }
+    math::AdamWStepScalars s = math::adamwStepScalars(c, *in[4].as<float>(), *in[5].as<float>());
+    const TensorArg &g = in[1];
+    pool.parallelFor(n, 1 << 14, [&](int64_t begin, int64_t end, int) {
+      switch (g.type) {
+      case plan::F16:
+        adamwRangeCopy(c, s, g.as<uint16_t>(), math::halfToFloat, pout, mout, vout, copy, begin, end);
+        break;
+      case plan::BF16:
+        adamwRangeCopy(c, s, g.as<uint16_t>(), math::bfloat16ToFloat, pout, mout, vout, copy, begin,
+                       end);
+        break;
+      default:
+        adamwRangeCopy(c, s, g.as<float>(), [](float x) { return x; }, pout, mout, vout, copy, begin,
+                       end);
+      }
+    });
+  });
+}
+
 } // namespace
 
-void registerTrainingKernels() { registerKernel("ampc.AllFinite", createAllFinite); }
+void registerTrainingKernels() {
+  registerKernel("ampc.AllFinite", createAllFinite);
+  registerKernel("ampc.AdamW", createAdamW);
+}
 
 } // namespace ampc::rt::cpu

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "ampc/rt/FusedEval.h"
+#include "ampc/rt/OptimizerMath.h"
 
 #include <cstdint>
 
@@ -1149,6 +1150,38 @@ struct DropoutArgs {
 };
 
 //===----------------------------------------------------------------------===//
+// ampc.AdamW
+//===----------------------------------------------------------------------===//
+
+/// One thread per element, in place or not (p, m, v may equal their
+/// outputs); each thread derives the step's scalars from lr and t on the
+/// device (a CUDA graph replays them) and skips the update on found_inf by
+/// writing the inputs back, as the CPU kernel does.
+struct AdamWArgs {
+  math::AdamWConstants c;
+  const float *p = nullptr, *m = nullptr, *v = nullptr, *lr = nullptr, *t = nullptr;
+  const void *g = nullptr;
+  uint8_t gType = 0;
+  const uint8_t *found = nullptr;
+  float *pOut = nullptr, *mOut = nullptr, *vOut = nullptr;
+  void *copy = nullptr; ///< the updated parameter's fp16/bf16 copy, when asked for
+  uint8_t copyType = 0;
+
+  static AMPC_HD void run(const AdamWArgs &a, int64_t i) {
+    float p = a.p[i], m = a.m[i], v = a.v[i];
+    if (!(a.found && *a.found)) {
+      math::AdamWStepScalars s = math::adamwStepScalars(a.c, *a.lr, *a.t);
+      math::adamwUpdate(a.c, s, loadAsFloat(a.gType, a.g, i), p, m, v);
+    }
+    a.pOut[i] = p;
+    a.mOut[i] = m;
+    a.vOut[i] = v;
+    if (a.copy)
+      storeFromFloat(a.copyType, a.copy, i, p);
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // The kernel list
 //===----------------------------------------------------------------------===//
 
@@ -1167,7 +1200,8 @@ struct DropoutArgs {
   X(Pool, PoolArgs)                                                                                \
   X(Conv, ConvArgs)                                                                                \
   X(AllFinite, AllFiniteArgs)                                                                      \
-  X(Dropout, DropoutArgs)
+  X(Dropout, DropoutArgs)                                                                          \
+  X(AdamW, AdamWArgs)
 
 enum class KernelKind : uint8_t {
 #define AMPC_KERNEL_ENUM(NAME, ARGS) NAME,

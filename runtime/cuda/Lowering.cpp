@@ -397,6 +397,7 @@ public:
   bool lowerConv(std::string &error);
   bool lowerConvGrad(std::string &error);
   bool lowerAllFinite(std::string &error);
+  bool lowerAdamW(std::string &error);
   bool lowerDropout(std::string &error);
   bool lowerDropoutGrad(std::string &error);
   bool constantScalar(size_t i, double dflt, double &v, std::string &error) const;
@@ -2264,6 +2265,49 @@ bool StepLowering::lowerAllFinite(std::string &error) {
   return true;
 }
 
+bool StepLowering::lowerAdamW(std::string &error) {
+  Operand p = input(0), g = input(1), m = input(2), v = input(3), lr = input(4), t = input(5),
+          found = input(6);
+  bool operandsOk = p.present() && g.present() && m.present() && v.present() && lr.present() &&
+                    t.present() && (outs_.size() == 3 || outs_.size() == 4);
+  for (const Operand &o : {p, m, v, lr, t, output(0), output(1), output(2)})
+    operandsOk = operandsOk && o.present() && o.type == FusedElem::F32;
+  operandsOk = operandsOk && isFloat(g.type) &&
+               (!found.present() || (found.type == FusedElem::BOOL && found.numel == 1));
+  for (const Operand &o : {g, m, v, output(0), output(1), output(2)})
+    operandsOk = operandsOk && o.numel == p.numel;
+  Operand copy = output(3);
+  if (copy.present())
+    operandsOk = operandsOk && copy.numel == p.numel &&
+                 (copy.type == FusedElem::F16 || copy.type == FusedElem::BF16);
+  if (!operandsOk || lr.numel != 1 || t.numel != 1) {
+    error = "AdamW takes fp32 param, moments, scalar lr and step, a float gradient of the "
+            "parameter's size and an optional bool found_inf, and produces 3 fp32 results and an "
+            "optional fp16/bf16 copy of the parameter";
+    return false;
+  }
+  AdamWArgs a;
+  double beta1 = attrFloat("beta1", 0.9), beta2 = attrFloat("beta2", 0.999);
+  a.c = math::adamwConstants(beta1, attrFloat("one_minus_beta1", 1 - beta1), beta2,
+                             attrFloat("one_minus_beta2", 1 - beta2), attrFloat("epsilon", 1e-8),
+                             attrFloat("weight_decay", 0.0));
+  a.p = static_cast<const float *>(p.p);
+  a.m = static_cast<const float *>(m.p);
+  a.v = static_cast<const float *>(v.p);
+  a.lr = static_cast<const float *>(lr.p);
+  a.t = static_cast<const float *>(t.p);
+  a.g = g.p;
+  a.gType = g.type;
+  a.found = found.present() ? static_cast<const uint8_t *>(found.p) : nullptr;
+  a.pOut = static_cast<float *>(output(0).p);
+  a.mOut = static_cast<float *>(output(1).p);
+  a.vOut = static_cast<float *>(output(2).p);
+  a.copy = copy.present() ? copy.p : nullptr;
+  a.copyType = copy.type;
+  kernel(KernelKind::AdamW, a, p.numel);
+  return true;
+}
+
 //===----------------------------------------------------------------------===//
 // Dispatch
 //===----------------------------------------------------------------------===//
@@ -2300,6 +2344,7 @@ const std::map<std::string, LowerFn> &table() {
     simple("Conv", &StepLowering::lowerConv);
     simple("ampc.ConvGrad", &StepLowering::lowerConvGrad);
     simple("ampc.AllFinite", &StepLowering::lowerAllFinite);
+    simple("ampc.AdamW", &StepLowering::lowerAdamW);
     simple("Dropout", &StepLowering::lowerDropout);
     simple("ampc.DropoutGrad", &StepLowering::lowerDropoutGrad);
     const std::pair<const char *, ReduceOp> reductions[] = {

@@ -56,7 +56,7 @@ public:
       states += "," + buffer->name();
       // Downstream passes see the mean of the accumulated micro-batch gradients.
       Value *mean = b.mul(buffer, b.constant(accType, 1.0 / double(steps_)));
-      replaceOutput(g, go.grad, mean, "microbatch");
+      replaceOutput(g, go, mean, "microbatch");
     }
     for (const auto &[state, updated] : bindings)
       bindState(g, state, updated);

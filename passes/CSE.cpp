@@ -7,10 +7,14 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ampc/IR/Printer.h"
 #include "ampc/Passes/Passes.h"
 
+#include "llvm/ADT/Hashing.h"
+
+#include <algorithm>
+#include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace ampc {
 
@@ -23,44 +27,78 @@ bool isRandom(const Node &n) {
          n.is("Bernoulli");
 }
 
-std::string attributeKey(const Attribute &a) {
-  std::string k = std::to_string(static_cast<int>(a.kind)) + ":";
-  switch (a.kind) {
-  case Attribute::Kind::Float:
-    return k + formatFloat(a.f, DType::F64);
-  case Attribute::Kind::Int:
-    return k + std::to_string(a.i);
-  case Attribute::Kind::String:
-    return k + a.s;
-  case Attribute::Kind::Tensor:
-    return k + a.t->type().str() +
-           std::string(reinterpret_cast<const char *>(a.t->data()), a.t->byteSize());
-  case Attribute::Kind::Floats:
-    for (double f : a.floats)
-      k += formatFloat(f, DType::F64) + ",";
-    return k;
-  case Attribute::Kind::Ints:
-    for (int64_t i : a.ints)
-      k += std::to_string(i) + ",";
-    return k;
-  case Attribute::Kind::Strings:
-    for (const auto &s : a.strings)
-      k += s + "\x1f";
-    return k;
-  }
-  return k;
+uint64_t bitsOf(double d) {
+  uint64_t u;
+  std::memcpy(&u, &d, sizeof u);
+  return u;
 }
 
-std::string nodeKey(const Node &n) {
-  std::string k = n.domain() + "." + n.opType() + "(";
-  for (const Value *v : n.inputs())
-    k += std::to_string(reinterpret_cast<uintptr_t>(v)) + ",";
-  k += ")<";
-  for (const auto &[name, a] : n.attributes())
-    k += name + "=" + attributeKey(a) + ";";
-  k += ">" + std::to_string(n.numOutputs());
-  return k;
+/// Attribute equality for merging: floats compare by their bits (-0.0 and
+/// 0.0 stay apart, a NaN equals the same NaN).
+bool sameAttribute(const Attribute &a, const Attribute &b) {
+  if (a.kind != b.kind)
+    return false;
+  switch (a.kind) {
+  case Attribute::Kind::Float:
+    return bitsOf(a.f) == bitsOf(b.f);
+  case Attribute::Kind::Floats:
+    return a.floats.size() == b.floats.size() &&
+           std::equal(a.floats.begin(), a.floats.end(), b.floats.begin(),
+                      [](double x, double y) { return bitsOf(x) == bitsOf(y); });
+  default:
+    return a == b;
+  }
 }
+
+llvm::hash_code hashAttribute(const Attribute &a) {
+  llvm::hash_code h = llvm::hash_value(static_cast<int>(a.kind));
+  switch (a.kind) {
+  case Attribute::Kind::Float:
+    return llvm::hash_combine(h, bitsOf(a.f));
+  case Attribute::Kind::Int:
+    return llvm::hash_combine(h, a.i);
+  case Attribute::Kind::String:
+    return llvm::hash_combine(h, a.s);
+  case Attribute::Kind::Tensor:
+    return llvm::hash_combine(h, a.t ? a.t->byteSize() : 0);
+  case Attribute::Kind::Floats:
+    for (double f : a.floats)
+      h = llvm::hash_combine(h, bitsOf(f));
+    return h;
+  case Attribute::Kind::Ints:
+    return llvm::hash_combine(h, llvm::hash_combine_range(a.ints.begin(), a.ints.end()));
+  case Attribute::Kind::Strings:
+    return llvm::hash_combine(h, llvm::hash_combine_range(a.strings.begin(), a.strings.end()));
+  }
+  return h;
+}
+
+/// Nodes are equal when they compute the same results: operator, operands
+/// (by identity), attributes and result count. Hashing the node itself, not
+/// a string key built for it, was most of CSE's time on large graphs.
+struct NodeHash {
+  size_t operator()(const Node *n) const {
+    llvm::hash_code h = llvm::hash_combine(n->opType(), n->domain(), n->numOutputs());
+    h = llvm::hash_combine(h, llvm::hash_combine_range(n->inputs().begin(), n->inputs().end()));
+    for (const auto &[name, a] : n->attributes())
+      h = llvm::hash_combine(h, name, hashAttribute(a));
+    return h;
+  }
+};
+
+struct NodeEqual {
+  bool operator()(const Node *a, const Node *b) const {
+    if (a->opType() != b->opType() || a->domain() != b->domain() ||
+        a->numOutputs() != b->numOutputs() || a->inputs() != b->inputs() ||
+        a->attributes().size() != b->attributes().size())
+      return false;
+    auto x = a->attributes().begin(), y = b->attributes().begin();
+    for (; x != a->attributes().end(); ++x, ++y)
+      if (x->first != y->first || !sameAttribute(x->second, y->second))
+        return false;
+    return true;
+  }
+};
 
 bool mergeConstants(Graph &g) {
   bool changed = false;
@@ -84,14 +122,16 @@ bool mergeConstants(Graph &g) {
 
 bool eliminateCommonSubexpressions(Graph &g) {
   bool changed = mergeConstants(g);
-  std::unordered_map<std::string, Node *> seen;
-  for (Node *n : g.nodes()) {
+  std::vector<Node *> nodes = g.nodes();
+  std::unordered_set<Node *, NodeHash, NodeEqual> seen;
+  seen.reserve(nodes.size());
+  for (Node *n : nodes) {
     if (isRandom(*n))
       continue;
-    auto [it, inserted] = seen.emplace(nodeKey(*n), n);
+    auto [it, inserted] = seen.insert(n);
     if (inserted)
       continue;
-    Node *first = it->second;
+    Node *first = *it;
     bool types = true;
     for (unsigned i = 0; i < n->numOutputs(); ++i)
       types = types && (!n->output(i) || (first->output(i) &&

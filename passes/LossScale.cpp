@@ -98,7 +98,7 @@ public:
     std::vector<Value *> toCheck;
     for (const GradientOutput &go : grads) {
       Value *unscaled = b.mul(go.grad, b.cast(inv, go.grad->dtype()));
-      replaceOutput(g, go.grad, unscaled, "scaled");
+      replaceOutput(g, go, unscaled, "scaled");
       toCheck.push_back(unscaled);
     }
     // One check of every unscaled gradient. PyTorch's

@@ -437,7 +437,7 @@ bool Graph::topologicalSort() {
 }
 
 Value *Graph::findValue(std::string_view name) const {
-  auto it = valuesByName_.find(std::string(name));
+  auto it = valuesByName_.find(llvm::StringRef(name.data(), name.size()));
   return it == valuesByName_.end() ? nullptr : it->second;
 }
 
@@ -450,7 +450,7 @@ Node *Graph::findNode(std::string_view name) const {
 
 std::string Graph::uniqueName(std::string_view base) {
   std::string b(base.empty() ? "v" : base);
-  if (!valuesByName_.count(b))
+  if (!valuesByName_.count(llvm::StringRef(b)))
     return b;
   unsigned &counter = nameCounters_[b];
   std::string candidate;

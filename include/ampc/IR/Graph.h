@@ -11,6 +11,8 @@
 #include "ampc/IR/DType.h"
 #include "ampc/IR/Tensor.h"
 
+#include "llvm/ADT/StringMap.h"
+
 #include <functional>
 #include <list>
 #include <map>
@@ -338,8 +340,10 @@ private:
   std::vector<Value *> inputs_;
   std::vector<Value *> initializers_;
   std::vector<Value *> outputs_;
-  std::unordered_map<std::string, Value *> valuesByName_;
-  std::unordered_map<std::string, unsigned> nameCounters_;
+  // StringMaps: one allocation per entry and no std::string built for a
+  // lookup; naming was about 8% of compiling a graph of 100,000 values.
+  llvm::StringMap<Value *> valuesByName_;
+  llvm::StringMap<unsigned> nameCounters_;
 };
 
 /// Metadata keys through which ampc keeps IR facts that ONNX has no field for

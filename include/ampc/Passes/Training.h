@@ -34,6 +34,7 @@ void registerCastCachePass();
 struct GradientOutput {
   Value *param;
   Value *grad;
+  unsigned outputIndex = 0; ///< grad's position among the graph outputs
 };
 
 /// Graph outputs named `<p>_grad` where `<p>` is an initializer, in output order.
@@ -57,6 +58,10 @@ void bindState(Graph &g, Value *state, Value *updated);
 /// Replaces the graph output `old` by `replacement`, which takes over old's
 /// name (old is renamed `<name>.<suffix>`).
 void replaceOutput(Graph &g, Value *old, Value *replacement, const std::string &suffix);
+/// The same for a gradient output, found by its index (no search of the
+/// outputs: a graph with 10,000 gradients has as many outputs).
+void replaceOutput(Graph &g, const GradientOutput &go, Value *replacement,
+                   const std::string &suffix);
 
 /// Names of the reported outputs (kInfoPrefix metadata records them too).
 inline constexpr const char *kFoundInfName = "found_inf";

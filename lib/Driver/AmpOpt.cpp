@@ -392,7 +392,9 @@ llvm::Error fillUntrainedParameters(const Graph &g, const plan::Plan &p, onnx::M
       return makeError("parameter '" + init.name() +
                        "' is not trained and no longer in the step: its value cannot be kept "
                        "for --export-onnx");
-    tensorToProto(*v->data(), init.name(), init);
+    // A copy: tensorToProto clears the proto before it sets the name.
+    std::string name = init.name();
+    tensorToProto(*v->data(), name, init);
   }
   return llvm::Error::success();
 }

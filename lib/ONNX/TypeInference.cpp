@@ -10,6 +10,8 @@
 #include "onnx/defs/shape_inference.h"
 #include "onnx/shape_inference/implementation.h"
 
+#include <algorithm>
+#include <map>
 #include <optional>
 
 namespace ampc {
@@ -27,6 +29,42 @@ struct PartialType {
   std::optional<Shape> shape;
 };
 
+/// Operands bound to one type parameter of the schema (Concat's T, Where's
+/// T) have one element type. Inference functions read the first
+/// operand's type only, so Concat(float, int64) would pass them, and the
+/// interpreter's kernels (the importer's partial evaluation, constant
+/// folding) copy elements on that promise (found by fuzzing).
+llvm::Error checkTypeParameters(const onnx::OpSchema &schema, const Node &n) {
+  std::map<std::string, DType> bound;
+  const auto &formals = schema.inputs();
+  auto check = [&](unsigned i, const Value *v) -> llvm::Error {
+    if (!v || formals.empty())
+      return llvm::Error::success();
+    const auto &formal = formals[std::min<size_t>(i, formals.size() - 1)];
+    const auto &params = schema.typeConstraintParams();
+    bool isParameter = std::any_of(params.begin(), params.end(), [&](const auto &p) {
+      return p.type_param_str == formal.GetTypeStr();
+    });
+    // A fixed type is checked by inference; a heterogeneous variadic
+    // operand (ampc.AllFinite's) binds nothing.
+    if (!isParameter || (formal.GetOption() == onnx::OpSchema::Variadic &&
+                         !formal.GetIsHomogeneous()))
+      return llvm::Error::success();
+    auto [it, fresh] = bound.emplace(formal.GetTypeStr(), v->dtype());
+    if (fresh || it->second == v->dtype())
+      return llvm::Error::success();
+    return makeError(label(n) + ": '" + v->name() + "' is " + std::string(dtypeName(v->dtype())) +
+                     " but type parameter " + formal.GetTypeStr() + " is bound to " +
+                     std::string(dtypeName(it->second)));
+  };
+  for (unsigned i = 0; i < n.numInputs(); ++i)
+    if (auto err = check(i, n.input(i)))
+      return err;
+  // Results are compared with what inference gives (verifyNodeTypes), and
+  // hold placeholders while createInferredNode infers them.
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n) {
   registerAmpcSchemas();
   const Graph &g = *n.graph();
@@ -36,6 +74,8 @@ llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n) {
   const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(n.opType(), version, n.domain());
   if (!schema)
     return makeError(label(n) + ": no ONNX schema at opset " + std::to_string(version));
+  if (auto err = checkTypeParameters(*schema, n))
+    return std::move(err);
 
   onnx::NodeProto proto;
   proto.set_op_type(n.opType());

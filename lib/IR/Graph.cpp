@@ -88,12 +88,20 @@ void Value::setData(Tensor t) {
   data_ = std::make_shared<const Tensor>(std::move(t));
 }
 
+void Value::addUse(Node *user, unsigned operand) {
+  user->usePos_[operand] = static_cast<unsigned>(uses_.size());
+  uses_.push_back({user, operand});
+}
+
 void Value::removeUse(Node *user, unsigned operand) {
-  // From the back: the uses removed are mostly the latest added (dead code
-  // erased in reverse order), and a shared constant can have thousands.
-  auto it = std::find(uses_.rbegin(), uses_.rend(), Use{user, operand});
-  assert(it != uses_.rend() && "use list out of sync");
-  uses_.erase(std::next(it).base());
+  // The last use takes the removed one's place: O(1), where erasing from
+  // the middle of a shared value's thousands of uses was not.
+  unsigned pos = user->usePos_[operand];
+  assert(pos < uses_.size() && uses_[pos] == (Use{user, operand}) && "use list out of sync");
+  Use last = uses_.back();
+  uses_[pos] = last;
+  last.user->usePos_[last.operand] = pos;
+  uses_.pop_back();
 }
 
 void Value::replaceAllUsesWith(Value *other) {
@@ -146,6 +154,7 @@ void Node::setInput(unsigned i, Value *v) {
 
 void Node::addInput(Value *v) {
   inputs_.push_back(v);
+  usePos_.push_back(0);
   if (v)
     v->addUse(this, static_cast<unsigned>(inputs_.size() - 1));
 }
@@ -154,6 +163,7 @@ void Node::truncateInputs(unsigned count) {
   while (inputs_.size() > count) {
     setInput(static_cast<unsigned>(inputs_.size() - 1), nullptr);
     inputs_.pop_back();
+    usePos_.pop_back();
   }
 }
 

@@ -125,7 +125,7 @@ private:
   Value(Graph *g, std::string name, TensorType type, Kind kind)
       : graph_(g), name_(std::move(name)), type_(std::move(type)), kind_(kind) {}
 
-  void addUse(Node *user, unsigned operand) { uses_.push_back({user, operand}); }
+  void addUse(Node *user, unsigned operand);
   void removeUse(Node *user, unsigned operand);
 
   Graph *graph_;
@@ -202,6 +202,7 @@ public:
 
 private:
   friend class Graph;
+  friend class Value;
   Node(Graph *g, std::string opType, std::string domain, std::string name)
       : graph_(g), opType_(std::move(opType)), domain_(std::move(domain)),
         name_(std::move(name)) {}
@@ -211,6 +212,10 @@ private:
   std::string domain_;
   std::string name_;
   std::vector<Value *> inputs_;
+  /// Operand i's position in its value's use list: removing a use is O(1)
+  /// (a value read by 10,000 optimizer updates made dead-code elimination
+  /// quadratic).
+  std::vector<unsigned> usePos_;
   std::vector<std::unique_ptr<Value>> outputs_;
   std::map<std::string, Attribute> attrs_;
   std::list<std::unique_ptr<Node>>::iterator self_;

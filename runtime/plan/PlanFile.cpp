@@ -505,8 +505,20 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
         error = what + " is a view of a tensor it cannot view";
         return false;
       }
+      // A view's bytes are its base's: a value of its own (found by
+      // fuzzing: a converted copy) would be written where nothing was sized
+      // for it.
+      if (t.has_cast_of() || t.zero_init() || !t.data().empty() || t.has_data_offset()) {
+        error = what + " is a view of another tensor but also has a value of its own";
+        return false;
+      }
       continue;
     }
+    // Any storage class: the backends convert every tensor marked cast_of
+    // (found by fuzzing: an arena temporary marked so), so only an fp16/bf16
+    // state may be.
+    if (t.has_cast_of() && !checkCastOf(p, i, error))
+      return false;
     switch (t.storage()) {
     case plan::ARENA:
       // Kernels load and store whole elements: a misaligned offset is
@@ -531,11 +543,8 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
         error = what + " starts at zero but is no state, or also has a value";
         return false;
       }
-      if (t.has_cast_of()) {
-        if (!checkCastOf(p, i, error))
-          return false;
-        break;
-      }
+      if (t.has_cast_of())
+        break; // checked above
       // A value in the data section is checked against the section on load.
       if (!t.zero_init() && !t.has_data_offset() && t.data().size() != bytes) {
         error = what + " holds " + std::to_string(t.data().size()) + " bytes of data, its type needs " +

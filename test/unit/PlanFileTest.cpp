@@ -253,6 +253,23 @@ TEST(PlanFile, CastStateIsConvertedAtLoad) {
          q.mutable_tensors(w)->set_zero_init(true);
        },
        "with a stored value"},
+      // Found by fuzzing: the backends converted every tensor marked
+      // cast_of, an arena temporary or a view included, past their bytes.
+      {[&](plan::Plan &q) {
+         for (plan::Tensor &t : *q.mutable_tensors())
+           if (t.storage() == plan::ARENA && !t.has_view_of()) {
+             t.set_cast_of(w);
+             break;
+           }
+       },
+       "no fp16/bf16 state"},
+      {[&](plan::Plan &q) {
+         plan::Tensor &view = *q.add_tensors();
+         view = q.tensors(c);
+         view.set_name("w.bf16.view");
+         view.set_view_of(c);
+       },
+       "is a view of another tensor but also has a value of its own"},
   };
   for (const Case &k : cases) {
     plan::Plan q = p;

@@ -687,10 +687,13 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
     return fail(std::move(err));
   if (auto err = checkKnownOps(model))
     return fail(std::move(err));
+  std::vector<int> explicitKernels = makeConvKernelShapesExplicit(graph);
   if (auto err = bindInputShapes(graph, opts))
     return fail(std::move(err));
-  if (auto err = runChecker(model))
-    return fail(std::move(err));
+  llvm::Error checked = runChecker(model);
+  removeAddedKernelShapes(graph, explicitKernels);
+  if (checked)
+    return fail(std::move(checked));
   if (auto err = completeStaticShapes(model))
     return fail(std::move(err));
   auto g = buildGraph(model, taken, baseDir);

@@ -15,6 +15,8 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace ampc {
@@ -169,6 +171,41 @@ llvm::Error checkPerm(const onnx::NodeProto &n) {
 }
 
 } // namespace
+
+std::vector<int> makeConvKernelShapesExplicit(onnx::GraphProto &graph) {
+  std::vector<int> added;
+  static const std::unordered_map<std::string, int> kWeightOperand = {
+      {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
+  std::unordered_map<std::string, const onnx::TensorProto *> initializers;
+  for (const auto &t : graph.initializer())
+    initializers[t.name()] = &t;
+  for (int i = 0; i < graph.node_size(); ++i) {
+    onnx::NodeProto &n = *graph.mutable_node(i);
+    auto op = kWeightOperand.find(n.op_type());
+    if (!n.domain().empty() || op == kWeightOperand.end() || n.input_size() <= op->second)
+      continue;
+    bool hasKernel = std::any_of(n.attribute().begin(), n.attribute().end(),
+                                 [](const auto &a) { return a.name() == "kernel_shape"; });
+    auto w = initializers.find(n.input(op->second));
+    if (hasKernel || w == initializers.end() || w->second->dims_size() < 2)
+      continue;
+    onnx::AttributeProto &a = *n.add_attribute();
+    a.set_name("kernel_shape");
+    a.set_type(onnx::AttributeProto::INTS);
+    for (int d = 2; d < w->second->dims_size(); ++d)
+      a.add_ints(w->second->dims(d));
+    added.push_back(i);
+  }
+  return added;
+}
+
+void removeAddedKernelShapes(onnx::GraphProto &graph, const std::vector<int> &nodes) {
+  for (int i : nodes) {
+    auto &attrs = *graph.mutable_node(i)->mutable_attribute();
+    if (!attrs.empty() && attrs.rbegin()->name() == "kernel_shape")
+      attrs.RemoveLast();
+  }
+}
 
 llvm::Error checkBeforeOnnx(const onnx::ModelProto &model) {
   const onnx::GraphProto &g = model.graph();

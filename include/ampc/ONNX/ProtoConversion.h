@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <vector>
+
 #include "ampc/IR/Graph.h"
 #include "ampc/ONNX/Import.h"
 
@@ -26,6 +28,16 @@ void attributeToProto(const std::string &name, const Attribute &a, onnx::Attribu
 /// on (tensor data against dims, window attributes, Transpose perms, outputs
 /// named like inputs): one-line errors naming the tensor or node.
 llvm::Error checkBeforeOnnx(const onnx::ModelProto &model);
+
+/// Gives Conv-like nodes whose weight is an initializer an explicit
+/// kernel_shape (its spatial dims, what the attribute means when absent):
+/// ONNX 1.12's inference then compares its length with the input's spatial
+/// rank, where, deriving it from the weight, it indexed past its per-axis
+/// lists and crashed (found by fuzzing: a rank-4 weight on a rank-2 input).
+/// Returns the nodes given one, for removeAddedKernelShapes once inference
+/// is done (the imported model stays as it was read).
+std::vector<int> makeConvKernelShapesExplicit(onnx::GraphProto &graph);
+void removeAddedKernelShapes(onnx::GraphProto &graph, const std::vector<int> &nodes);
 
 /// Imports an in-memory ModelProto (checked, inferred). `displayName` prefixes
 /// error messages; `baseDir` locates external data.

@@ -337,15 +337,6 @@ llvm::Error bindInputShapes(onnx::GraphProto &graph, const ImportOptions &opts) 
   return checkBoundSizes(graph, opts);
 }
 
-bool hasStaticShape(const onnx::TypeProto &t) {
-  if (!t.has_tensor_type() || !t.tensor_type().has_shape())
-    return false;
-  for (const auto &d : t.tensor_type().shape().dim())
-    if (!d.has_dim_value())
-      return false;
-  return true;
-}
-
 /// Whether every node result of the (subgraph-free) graph has a static
 /// shape recorded after inference.
 bool everyShapeStatic(const onnx::GraphProto &graph) {

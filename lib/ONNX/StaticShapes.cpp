@@ -28,18 +28,22 @@
 
 namespace ampc {
 
+bool hasStaticShape(const onnx::TypeProto &t) {
+  if (!t.has_tensor_type() || !t.tensor_type().has_shape())
+    return false;
+  for (const auto &d : t.tensor_type().shape().dim())
+    if (!d.has_dim_value())
+      return false;
+  return true;
+}
+
 namespace {
 
 constexpr int64_t kMaxEvaluatedElements = int64_t(1) << 16;
 constexpr int kMaxRounds = 64;
 
 bool isStatic(const onnx::TypeProto &t) {
-  if (!t.has_tensor_type() || !t.tensor_type().has_shape())
-    return false;
-  for (const auto &d : t.tensor_type().shape().dim())
-    if (!d.has_dim_value())
-      return false;
-  return dtypeFromOnnx(t.tensor_type().elem_type()) != DType::Undefined;
+  return hasStaticShape(t) && dtypeFromOnnx(t.tensor_type().elem_type()) != DType::Undefined;
 }
 
 TensorType toTensorType(const onnx::TypeProto &t) {

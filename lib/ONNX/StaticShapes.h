@@ -12,4 +12,7 @@ namespace ampc {
 /// subgraphs that compute them.
 llvm::Error completeStaticShapes(onnx::ModelProto &model);
 
+/// A tensor type whose every dimension has a value.
+bool hasStaticShape(const onnx::TypeProto &t);
+
 } // namespace ampc

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CublasLoader.h"
 #include "KernelLaunch.h"
 #include "Lowering.h"
 
@@ -171,6 +172,10 @@ public:
                error) ||
         !check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate", error))
       return false;
+    if (std::string why; !cuda::loadCublas(why)) {
+      error = why;
+      return false;
+    }
     if (!checkBlas(cublasCreate(&cublas_), "cublasCreate", error) ||
         !checkBlas(cublasSetStream(cublas_, compute_), "cublasSetStream", error))
       return false;

@@ -8,13 +8,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 
 namespace ampc::test {
 
 std::string fixturePath(const std::string &name, const std::string &rel) {
-  std::string p = std::string(AMPC_SOURCE_DIR) + "/test/fixtures/" + name;
+  // AMPC_SOURCE_DIR in the environment: the GPU kit runs this binary far from
+  // the checkout it was built in, with the fixtures copied beside it.
+  const char *root = std::getenv("AMPC_SOURCE_DIR");
+  std::string p = std::string(root && *root ? root : AMPC_SOURCE_DIR) + "/test/fixtures/" + name;
   return rel.empty() ? p : p + "/" + rel;
 }
 

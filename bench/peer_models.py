@@ -51,16 +51,20 @@ class ResNet20(nn.Module):
         return F.cross_entropy(self.fc(h), target)
 
 
-def build(name):
-    """(model, (x, target)), seeded."""
+BATCH = {"gpt": 16, "resnet20": 64, "wide_mlp": 256}  # the CPU benchmark's batches
+
+
+def build(name, batch=None):
+    """(model, (x, target)), seeded; `batch` overrides the CPU benchmark's batch."""
     torch.manual_seed(0)
+    b = batch or BATCH[name]
     if name == "gpt":
         model = torch2_models.Decoder(vocab=1000, d=384, heads=6, layers=4, seq=64)
-        return model, (torch.randint(0, 1000, (16, 64)), torch.randint(0, 1000, (16, 64)))
+        return model, (torch.randint(0, 1000, (b, 64)), torch.randint(0, 1000, (b, 64)))
     if name == "resnet20":
-        return ResNet20(), (torch.randn(64, 3, 32, 32), torch.randint(0, 10, (64,)))
+        return ResNet20(), (torch.randn(b, 3, 32, 32), torch.randint(0, 10, (b,)))
     if name == "wide_mlp":
-        return WideMLP(), (torch.randn(256, 1024), torch.randint(0, 10, (256,)))
+        return WideMLP(), (torch.randn(b, 1024), torch.randint(0, 10, (b,)))
     raise ValueError(name)
 
 

@@ -267,6 +267,9 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   }
   if (!backend) {
     backend = createCpuBackend({opts.threads});
+    if (!backend)
+      return fail("this amp-run has no CPU backend (a runtime-only build, AMPC_RUNTIME_ONLY); "
+                  "use --backend=cuda");
     if (!opts.quiet && (!opts.cuda.profilePath.empty() || opts.cuda.memoryLimit))
       err << "amp-run: note: --profile and --memory-limit apply to the cuda backend; ignored on "
              "the CPU\n";

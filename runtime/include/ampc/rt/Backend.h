@@ -40,6 +40,7 @@ struct CpuOptions {
   /// for a given thread count.
   int threads = 0;
 };
+/// nullptr in a runtime-only build (AMPC_RUNTIME_ONLY), which has no CPU backend.
 std::unique_ptr<Backend> createCpuBackend(const CpuOptions &opts);
 
 struct CudaOptions {

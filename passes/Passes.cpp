@@ -19,6 +19,7 @@ void registerAllPasses() {
     registerDeadCodeEliminationPass();
     registerSimplifyPass();
     registerAccumulatePass();
+    registerDataParallelPass();
     registerLossScalePass();
     registerOptimizerPass();
     registerRematerializePass();

@@ -14,6 +14,8 @@ packages=(
   libonnx-testdata
   python3 python3-numpy python3-onnx zlib1g-dev libtinfo-dev
   libmimalloc-dev
+  # Data-parallel training across processes (runtime/dist, docs/distributed.md).
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

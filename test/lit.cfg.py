@@ -25,6 +25,15 @@ config.substitutions.append(("%scripts", os.path.join(config.ampc_src_root, "tes
 if config.ampc_have_cuda:
     config.available_features.add("cuda-build")
 
+# Data-parallel tests: amp-run built with MPI and an mpirun to start ranks
+# (Open MPI refuses root without --allow-run-as-root; 2 cores need
+# --oversubscribe for 4 ranks).
+import shutil as _shutil
+if config.ampc_have_mpi and _shutil.which("mpirun"):
+    config.available_features.add("mpi")
+    config.substitutions.append(
+        ("%mpirun", "mpirun --allow-run-as-root --oversubscribe --bind-to none"))
+
 # A machine with an NVIDIA GPU (nvidia-smi lists one): tests of the no-GPU
 # fallback are unsupported there, and tests that need a GPU require it.
 import shutil

@@ -215,8 +215,8 @@ struct PipelineItem {
 };
 
 /// The passes of --train; their own flags give their options.
-const char *const kTrainStages[] = {"autodiff", "accumulate", "loss-scale", "optimizer",
-                                    "remat"};
+const char *const kTrainStages[] = {"autodiff", "accumulate", "data-parallel", "loss-scale",
+                                    "optimizer", "remat"};
 
 /// A flag forwarded to a pass the pipeline does not run would do nothing
 /// (--bf16-conv without bf16, --fp32-ops with --train at fp32): say so.
@@ -263,6 +263,9 @@ llvm::Error buildTrainPipeline(PassManager &pm,
     return err;
   if (stageOptions.count("accumulate"))
     if (auto err = add("accumulate", stageOptions["accumulate"]))
+      return err;
+  if (stageOptions.count("data-parallel"))
+    if (auto err = add("data-parallel", stageOptions["data-parallel"]))
       return err;
   if (auto err = add("loss-scale", stageOptions["loss-scale"]))
     return err;

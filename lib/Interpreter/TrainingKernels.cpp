@@ -20,6 +20,17 @@ KernelResult allFiniteKernel(const KernelContext &ctx) {
   return std::vector<Tensor>{std::move(y)};
 }
 
+/// ampc.AllReduce in one process: the average over one rank is the value.
+KernelResult allReduceKernel(const KernelContext &ctx) {
+  std::vector<Tensor> outs;
+  for (unsigned i = 0; i < ctx.numInputs(); ++i) {
+    if (!ctx.in(i))
+      return ctx.error("AllReduce has no omitted operands");
+    outs.push_back(*ctx.in(i));
+  }
+  return outs;
+}
+
 /// ampc.AdamW with the runtime's per-element definition (OptimizerMath.h).
 KernelResult adamwKernel(const KernelContext &ctx) {
   const Node &n = ctx.node;
@@ -63,6 +74,7 @@ KernelResult adamwKernel(const KernelContext &ctx) {
 void registerTrainingKernels(KernelTable &t) {
   t.add("ampc.AllFinite", allFiniteKernel);
   t.add("ampc.AdamW", adamwKernel);
+  t.add("ampc.AllReduce", allReduceKernel);
 }
 
 } // namespace ampc::interp

@@ -30,6 +30,23 @@ void appendTrainingSchemas(std::vector<onnx::OpSchema> &schemas) {
             ctx.getOutputType(0)->mutable_tensor_type()->mutable_shape();
           }));
 
+  // Data parallelism (passes/DataParallel.cpp): one bucket of gradients
+  // averaged across the ranks, as DistributedDataParallel's buckets are.
+  schemas.push_back(
+      AMPC_SCHEMA("AllReduce",
+                  "Result i is the mean of input i over the data-parallel ranks (fp32; in one "
+                  "process, the input).")
+          .Input(0, "X", "fp32 gradients of one bucket", "tensor(float)",
+                 onnx::OpSchema::Variadic)
+          .Output(0, "Y", "Their averages, in order", "tensor(float)", onnx::OpSchema::Variadic)
+          .Attr("bucket", "The bucket's index (buckets are sent in this order)",
+                onnx::AttributeProto::INT, static_cast<int64_t>(0))
+          .TypeAndShapeInferenceFunction([](onnx::InferenceContext &ctx) {
+            for (size_t i = 0; i < ctx.getNumOutputs() && i < ctx.getNumInputs(); ++i)
+              onnx::propagateElemTypeFromInputToOutput(ctx, i, i),
+                  onnx::propagateShapeFromInputToOutput(ctx, i, i);
+          }));
+
   // torch.optim.AdamW's update of one fp32 master parameter and its moments
   // in one pass (as torch's fused AdamW and ONNX Runtime's AdamWOptimizer):
   // one node per parameter instead of some twenty elementwise ones.

@@ -2,6 +2,8 @@
 
 #include "ampc/rt/Trainer.h"
 
+#include "DataParallel.h"
+
 #include "ampc/rt/Npy.h"
 #include "ampc/rt/PlanFile.h"
 #include "ampc/rt/Printable.h"
@@ -73,6 +75,13 @@ using Clock = std::chrono::steady_clock;
 /// is dropped), reshuffled per epoch from (seed, epoch) when asked.
 class DataLoader {
 public:
+  /// Rank `rank` of `ranks` reads samples rank, rank + ranks, ... of each
+  /// global batch of ranks x the plan's batch (the same order on every rank).
+  void shard(int rank, int ranks) {
+    rank_ = rank;
+    ranks_ = ranks;
+  }
+
   bool open(const std::string &path, const Session &session, int program, int64_t batchSize,
             std::string &error) {
     path_ = path;
@@ -127,9 +136,11 @@ public:
       error = path + ": " + std::to_string(samples_) + " samples, more than a data set can hold";
       return false;
     }
-    if (samples_ < batch_) {
+    if (samples_ < batch_ * ranks_) {
       error = path + ": " + std::to_string(samples_) + " samples, fewer than one batch of " +
-              std::to_string(batch_);
+              std::to_string(batch_ * ranks_) +
+              (ranks_ > 1 ? " (" + std::to_string(ranks_) + " ranks x " + std::to_string(batch_) + ")"
+                          : std::string());
       return false;
     }
     return true;
@@ -138,7 +149,8 @@ public:
   /// Feeds the batch at (epoch, cursor) and advances.
   bool feedNext(Session &session, int program, bool shuffle, uint64_t seed, int64_t &epoch,
                 int64_t &cursor, std::string &error) {
-    if (cursor > samples_ - batch_) { // (cursor + batch_ could overflow)
+    const int64_t global = batch_ * ranks_;
+    if (cursor > samples_ - global) { // (cursor + global could overflow)
       ++epoch;
       cursor = 0;
     }
@@ -153,11 +165,12 @@ public:
       batch.bytes.resize(sampleBytes * batch_);
       for (int64_t i = 0; i < batch_; ++i)
         std::memcpy(batch.bytes.data() + i * sampleBytes,
-                    a.bytes.data() + order[cursor + i] * sampleBytes, sampleBytes);
+                    a.bytes.data() + order[cursor + rank_ + i * ranks_] * sampleBytes,
+                    sampleBytes);
       if (!session.feed(program, name, batch, path_, error))
         return false;
     }
-    cursor += batch_;
+    cursor += global;
     return true;
   }
 
@@ -189,6 +202,7 @@ private:
   std::map<std::string, HostArray> arrays_;
   std::vector<std::string> inputs_;
   int64_t samples_ = -1, batch_ = 0;
+  int rank_ = 0, ranks_ = 1;
   std::vector<int64_t> perm_;
   int64_t permEpoch_ = -1;
 };
@@ -234,6 +248,20 @@ bool inputsApartFromOutputs(const plan::Plan &p, int program) {
   return true;
 }
 
+/// Seconds a collective call may wait for the other ranks (AMPC_DIST_TIMEOUT).
+double distTimeout() {
+  const char *v = std::getenv("AMPC_DIST_TIMEOUT");
+  double t = v && *v ? std::strtod(v, nullptr) : 0;
+  return t > 0 ? t : 300;
+}
+
+/// Steps between two checks that the ranks' parameters agree (AMPC_DIST_CHECK_EVERY).
+int64_t distCheckEvery() {
+  const char *v = std::getenv("AMPC_DIST_CHECK_EVERY");
+  long long k = v && *v ? std::strtoll(v, nullptr, 10) : 0;
+  return k > 0 ? k : 100;
+}
+
 std::string jsonNumber(double v) {
   if (std::isnan(v) || std::isinf(v))
     return "null";
@@ -244,15 +272,35 @@ std::string jsonNumber(double v) {
 
 } // namespace
 
-int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) {
+int runTraining(const TrainOptions &given, std::ostream &out, std::ostream &err) {
   auto fail = [&](const std::string &msg) {
     err << "amp-run: error: " << printable(msg) << "\n";
     return 1;
   };
+  std::string why, error;
+  // Ranks: one process, or one of several started by mpirun / srun.
+  std::unique_ptr<Collective> ranks = createCollective(distTimeout(), error);
+  if (!ranks)
+    return fail(error);
+  const bool lead = ranks->rank() == 0, parallel = ranks->size() > 1;
+  if (parallel)
+    reportLauncherTermination(ranks->rank());
+  // Only rank 0 reports and writes files; every rank trains.
+  TrainOptions opts = given;
+  if (!lead) {
+    opts.quiet = true;
+    opts.metricsPath.clear();
+    opts.dumpGrads.clear();
+    opts.dumpParams.clear();
+    opts.exportOnnx.clear();
+  }
+  if (parallel && opts.backend == "cuda")
+    return fail("data parallel training runs on the CPU backend (NCCL for CUDA plans is not "
+                "built yet): use --backend=cpu");
+
   // Backend.
   std::unique_ptr<Backend> backend;
-  std::string why, error;
-  if (opts.backend == "cuda" || opts.backend == "auto") {
+  if (!parallel && (opts.backend == "cuda" || opts.backend == "auto")) {
     if (cudaAvailable(why)) {
       backend = createCudaBackend(opts.cuda, error);
       if (!backend)
@@ -262,11 +310,11 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
     } else if (!opts.quiet) {
       err << "amp-run: note: no CUDA device available (" << why << "); running on the CPU\n";
     }
-  } else if (opts.backend != "cpu") {
+  } else if (opts.backend != "cpu" && opts.backend != "auto") {
     return fail("--backend must be cpu, cuda or auto, got '" + opts.backend + "'");
   }
   if (!backend) {
-    backend = createCpuBackend({opts.threads});
+    backend = createCpuBackend({opts.threads, ranks.get()});
     if (!backend)
       return fail("this amp-run has no CPU backend (a runtime-only build, AMPC_RUNTIME_ONLY); "
                   "use --backend=cuda");
@@ -281,6 +329,11 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
   if (!session)
     return fail(error);
   const plan::Plan &plan = session->plan();
+  if (parallel && !planAveragesGradients(plan))
+    return fail(opts.planPath + ": the plan does not average gradients across ranks: compile it "
+                "with amp-opt --train --data-parallel");
+  if (parallel && lead && !opts.quiet)
+    out << "data parallel: " << ranks->size() << " ranks (" << ranks->kind() << ")\n";
   for (const std::string &dir : {opts.dumpParams, opts.dumpGrads})
     if (!dir.empty() && !session->dumpFileNamesDistinct(dir, error))
       return fail(error);
@@ -306,6 +359,7 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
       return fail(error);
   }
   DataLoader data;
+  data.shard(ranks->rank(), ranks->size());
   if (!opts.dataPath.empty() &&
       !data.open(opts.dataPath, *session, feedProgram, opts.batchSize, error))
     return fail(error);
@@ -330,7 +384,17 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
       out << "resumed from " << opts.resumeDir << " at step " << counters["step"] << "\n";
   }
 
-  if (!opts.checkpointDir.empty())
+  // Every rank starts from rank 0's parameters and optimizer state.
+  if (parallel && !broadcastState(*session, *ranks, error))
+    return fail(error);
+  // Checkpoints: rank 0 writes, after every rank has finished the step.
+  auto checkpoint = [&](const std::map<std::string, int64_t> &at) {
+    if (parallel && !ranks->barrier(error))
+      return false;
+    return !lead || session->saveCheckpoint(opts.checkpointDir, at, error);
+  };
+  const int64_t checkEvery = distCheckEvery();
+  if (!opts.checkpointDir.empty() && lead)
     removeStaleTemporaries(opts.checkpointDir);
   if (!opts.resumeDir.empty() && !opts.metricsPath.empty() &&
       !trimMetrics(opts.metricsPath, counters["step"], error))
@@ -440,15 +504,16 @@ int runTraining(const TrainOptions &opts, std::ostream &out, std::ostream &err) 
         lossCount = 0;
       }
     }
+    if (parallel && ((s + 1) % checkEvery == 0 || s + 1 == opts.steps) &&
+        !checkParametersAgree(*session, *ranks, s + 1, error))
+      return fail(error);
     if (opts.checkpointEvery > 0 && !opts.checkpointDir.empty() &&
-        (s + 1) % opts.checkpointEvery == 0 &&
-        !session->saveCheckpoint(opts.checkpointDir, stepCounters, error))
+        (s + 1) % opts.checkpointEvery == 0 && !checkpoint(stepCounters))
       return fail(error);
   }
   if (opts.terminal && !opts.quiet)
     out << "\n";
-  if (!opts.checkpointDir.empty() &&
-      !session->saveCheckpoint(opts.checkpointDir, stepCounters, error))
+  if (!opts.checkpointDir.empty() && !checkpoint(stepCounters))
     return fail(error);
   if (!opts.dumpGrads.empty()) {
     // A skipped step's gradients overflowed: say so rather than leave the

@@ -126,6 +126,7 @@ public:
     int threads = opts.threads > 0 ? opts.threads
                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads_ = threads;
+    collective_ = opts.collective;
     pool_ = std::make_unique<ThreadPool>(threads);
     // oneDNN runs on OpenMP: give it the same thread count, so results are
     // the same run after run for a given --threads.
@@ -332,7 +333,8 @@ private:
         error = where + ": the CPU backend has no kernel for '" + step.op() + "'";
         return false;
       }
-      StepContext ctx{plan_, step, {}, {}, *pool_, [this](int id) { return arg(id); }};
+      StepContext ctx{plan_, step, {}, {}, *pool_, [this](int id) { return arg(id); },
+                      collective_};
       for (int id : step.inputs())
         ctx.inputs.push_back(arg(id));
       for (int id : step.outputs())
@@ -355,6 +357,7 @@ private:
   }
 
   int threads_ = 1;
+  Collective *collective_ = nullptr;
   bool profile_ = std::getenv("AMPC_CPU_PROFILE") != nullptr;
   std::unique_ptr<ThreadPool> pool_;
   plan::Plan plan_;

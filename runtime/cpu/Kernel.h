@@ -21,6 +21,10 @@
 #include <string>
 #include <vector>
 
+namespace ampc::rt {
+class Collective;
+}
+
 namespace ampc::rt::cpu {
 
 /// A tensor as a kernel sees it: fixed address, element type and shape.
@@ -120,6 +124,8 @@ struct StepContext {
   ThreadPool &pool;
   /// Resolves a CONSTANT tensor id (tensor-valued attributes).
   std::function<TensorArg(int)> constant;
+  /// The data-parallel ranks (ampc.AllReduce); nullptr in one process.
+  Collective *collective = nullptr;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;
@@ -160,6 +166,7 @@ private:
 /// Registration hooks of each kernel file (called once by the backend).
 void registerFusedKernels();
 void registerTrainingKernels();
+void registerCollectiveKernels();
 void registerAllCpuKernels();
 
 } // namespace ampc::rt::cpu

@@ -18,6 +18,7 @@ void registerAllCpuKernels() {
   registerDataMovementKernels();
   registerElementwiseKernels();
   registerTrainingKernels();
+  registerCollectiveKernels();
 }
 
 } // namespace ampc::rt::cpu

@@ -25,6 +25,7 @@
 namespace ampc {
 
 void registerAccumulatePass();
+void registerDataParallelPass();
 void registerLossScalePass();
 void registerOptimizerPass();
 void registerRematerializePass();

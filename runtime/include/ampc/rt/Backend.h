@@ -35,10 +35,15 @@ public:
   virtual bool synchronize(std::string &error) { return true; }
 };
 
+class Collective;
+
 struct CpuOptions {
   /// Worker threads; 0 uses every core. Results are the same run after run
   /// for a given thread count.
   int threads = 0;
+  /// The data-parallel ranks' communicator (ampc.AllReduce steps); nullptr
+  /// in one process. Owned by the caller, who keeps it alive.
+  Collective *collective = nullptr;
 };
 /// nullptr in a runtime-only build (AMPC_RUNTIME_ONLY), which has no CPU backend.
 std::unique_ptr<Backend> createCpuBackend(const CpuOptions &opts);

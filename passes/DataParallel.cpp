@@ -16,14 +16,20 @@
 // Gradients go in buckets of about `bucket-mb` MB of fp32 (DDP's 25 MB), in
 // the reverse order of the parameters, roughly the order in which backward
 // produces them; each bucket is one ampc.AllReduce (fp32 in, fp32 out; lower
-// precision gradients are widened first). In one process the runtime's
-// kernel is a copy (amp-run, docs/distributed.md).
+// precision gradients are widened first), placed right after the node that
+// computes its last gradient: the runtime starts sending it there and waits
+// only where the first reader of an average runs, so communication overlaps
+// the rest of the backward pass. In one process the runtime's kernel is a
+// copy (amp-run, docs/distributed.md).
 //
 //===----------------------------------------------------------------------===//
 
 #include "ampc/Passes/Passes.h"
 #include "ampc/Passes/Training.h"
 #include "ampc/Support/Error.h"
+
+#include <algorithm>
+#include <unordered_map>
 
 namespace ampc {
 
@@ -48,6 +54,9 @@ public:
       return makeError("no gradient outputs (<param>_grad): run autodiff first, or use amp-opt "
                        "--train --data-parallel, which builds the whole training step");
     const int64_t limit = static_cast<int64_t>(bucketMB_ * 1e6);
+    order_ = g.nodes();
+    for (size_t i = 0; i < order_.size(); ++i)
+      position_[order_[i]] = i;
     Builder b(g, "data_parallel/");
     std::vector<GradientOutput> bucket;
     int64_t bytes = 0, buckets = 0;
@@ -78,6 +87,16 @@ private:
   /// gradient output becomes the average (in its own type).
   void emitBucket(Graph &g, Builder &b, const std::vector<GradientOutput> &bucket,
                   int64_t index) {
+    // Right after the last producer among the bucket's gradients.
+    size_t last = 0;
+    bool produced = false;
+    for (const GradientOutput &go : bucket)
+      if (Node *p = go.grad->producer(); p && position_.count(p)) {
+        last = std::max(last, position_[p]);
+        produced = true;
+      }
+    Node *before = produced && last + 1 < order_.size() ? order_[last + 1] : nullptr;
+    Graph::InsertionGuard guard(g, before);
     std::vector<Value *> inputs;
     std::vector<TensorType> types;
     for (const GradientOutput &go : bucket) {
@@ -96,6 +115,8 @@ private:
   }
 
   double bucketMB_;
+  std::vector<Node *> order_;                  // the nodes before the pass, in order
+  std::unordered_map<const Node *, size_t> position_;
 };
 
 } // namespace

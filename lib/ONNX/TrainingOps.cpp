@@ -39,7 +39,7 @@ void appendTrainingSchemas(std::vector<onnx::OpSchema> &schemas) {
           .Input(0, "X", "fp32 gradients of one bucket", "tensor(float)",
                  onnx::OpSchema::Variadic)
           .Output(0, "Y", "Their averages, in order", "tensor(float)", onnx::OpSchema::Variadic)
-          .Attr("bucket", "The bucket's index (buckets are sent in this order)",
+          .Attr("bucket", "The bucket's index, in the reverse order of the parameters",
                 onnx::AttributeProto::INT, static_cast<int64_t>(0))
           .TypeAndShapeInferenceFunction([](onnx::InferenceContext &ctx) {
             for (size_t i = 0; i < ctx.getNumOutputs() && i < ctx.getNumInputs(); ++i)

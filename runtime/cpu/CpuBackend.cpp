@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <mutex>
 #include <thread>
 
@@ -160,14 +161,28 @@ public:
       return false;
     }
     Program &prog = programs_[index];
+    const size_t n = prog.kernels.size();
     if (!profile_) {
-      for (auto &k : prog.kernels)
-        k->run();
-    } else {
-      for (size_t s = 0; s < prog.kernels.size(); ++s) {
-        auto t0 = std::chrono::steady_clock::now();
+      for (size_t s = 0; s < n; ++s) {
+        for (size_t a : prog.finishBefore[s])
+          prog.kernels[a]->finish();
         prog.kernels[s]->run();
+      }
+      for (size_t a : prog.finishBefore[n])
+        prog.kernels[a]->finish();
+    } else {
+      // An asynchronous step's time is its start plus the wait in finish():
+      // what the overlap did not hide.
+      auto timed = [&](size_t s, auto &&fn) {
+        auto t0 = std::chrono::steady_clock::now();
+        fn();
         prog.seconds[s] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      };
+      for (size_t s = 0; s <= n; ++s) {
+        for (size_t a : prog.finishBefore[s])
+          timed(a, [&] { prog.kernels[a]->finish(); });
+        if (s < n)
+          timed(s, [&] { prog.kernels[s]->run(); });
       }
       ++prog.runs;
     }
@@ -194,6 +209,9 @@ private:
   struct Program {
     std::vector<std::unique_ptr<Kernel>> kernels;
     std::vector<std::pair<int, int>> copies; // (state, updated)
+    // finishBefore[s]: asynchronous steps to complete before step s runs
+    // (s == number of steps: at the end of the program).
+    std::vector<std::vector<size_t>> finishBefore;
     // AMPC_CPU_PROFILE=1: seconds per step, summed over runs.
     std::vector<double> seconds;
     int64_t runs = 0;
@@ -322,6 +340,35 @@ private:
     return a;
   }
 
+  int baseTensor(int id) const {
+    while (id >= 0 && plan_.tensors(id).has_view_of())
+      id = plan_.tensors(id).view_of();
+    return id;
+  }
+
+  /// Each asynchronous step completes just before the first later step that
+  /// reads one of its outputs (through any view), else at the end.
+  void scheduleFinishes(const plan::Program &prog, Program &out) const {
+    size_t n = out.kernels.size();
+    out.finishBefore.assign(n + 1, {});
+    for (size_t s = 0; s < n; ++s) {
+      if (!out.kernels[s]->asynchronous())
+        continue;
+      std::set<int> produced;
+      for (int id : prog.steps(static_cast<int>(s)).outputs())
+        produced.insert(baseTensor(id));
+      size_t reader = s + 1;
+      for (; reader < n; ++reader) {
+        bool reads = false;
+        for (int id : prog.steps(static_cast<int>(reader)).inputs())
+          reads = reads || (id >= 0 && produced.count(baseTensor(id)));
+        if (reads)
+          break;
+      }
+      out.finishBefore[reader].push_back(s);
+    }
+  }
+
   bool prepareProgram(const plan::Program &prog, std::string &error) {
     Program out;
     for (int s = 0; s < prog.steps_size(); ++s) {
@@ -347,6 +394,7 @@ private:
       }
       out.kernels.push_back(std::move(k));
     }
+    scheduleFinishes(prog, out);
     for (const plan::StateUpdate &u : prog.updates())
       if (ptr_[u.state()] != ptr_[u.updated()])
         out.copies.push_back({u.state(), u.updated()});

@@ -140,6 +140,12 @@ class Kernel {
 public:
   virtual ~Kernel() = default;
   virtual void run() = 0;
+  /// An asynchronous kernel's run() starts its work and finish() completes
+  /// it, writing the outputs: the backend calls finish() just before the
+  /// first later step that reads one of them, or at the end of the program
+  /// (ampc.AllReduce: a bucket travels while the backward pass goes on).
+  virtual bool asynchronous() const { return false; }
+  virtual void finish() {}
 };
 
 /// Creates the kernel of a step, or returns nullptr and sets `error` (one

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 
@@ -30,6 +31,17 @@ public:
   /// data[i] = (sum over ranks of data[i]) / size(), in place, fp32. Every
   /// rank gets the same bits.
   virtual bool allReduceMean(float *data, size_t count, std::string &error) = 0;
+  /// The same, started in the background (a gradient bucket while the
+  /// backward pass goes on): get() waits and returns "" or the error. Calls
+  /// complete in the order they were started, on every rank. `data` must stay
+  /// untouched until then. The default runs it at once.
+  using Pending = std::shared_future<std::string>;
+  virtual Pending startAllReduceMean(float *data, size_t count) {
+    std::promise<std::string> done;
+    std::string error;
+    done.set_value(allReduceMean(data, count, error) ? std::string() : error);
+    return done.get_future().share();
+  }
   /// Rank `root`'s bytes to every rank.
   virtual bool broadcast(void *data, size_t bytes, int root, std::string &error) = 0;
   virtual bool barrier(std::string &error) = 0;

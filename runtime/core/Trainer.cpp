@@ -295,8 +295,8 @@ int runTraining(const TrainOptions &given, std::ostream &out, std::ostream &err)
     opts.exportOnnx.clear();
   }
   if (parallel && opts.backend == "cuda")
-    return fail("data parallel training runs on the CPU backend (NCCL for CUDA plans is not "
-                "built yet): use --backend=cpu");
+    return fail("data parallel training runs on the CPU backend for now (the CUDA backend "
+                "has no ampc.AllReduce lowering yet): use --backend=cpu");
 
   // Backend.
   std::unique_ptr<Backend> backend;

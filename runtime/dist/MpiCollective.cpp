@@ -71,6 +71,12 @@ public:
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
+    {
+      // Under the queue's lock: the worker cannot miss it between its check
+      // and its wait.
+      std::lock_guard<std::mutex> lock(queueMu_);
+      quit_ = true;
+    }
     cv_.notify_all();
     queueCv_.notify_all();
     if (worker_.joinable())
@@ -170,7 +176,7 @@ private:
       std::function<void()> next;
       {
         std::unique_lock<std::mutex> lock(queueMu_);
-        queueCv_.wait(lock, [this] { return !queue_.empty() || stopping(); });
+        queueCv_.wait(lock, [this] { return !queue_.empty() || quit_; });
         if (queue_.empty())
           return;
         next = std::move(queue_.front());
@@ -178,11 +184,6 @@ private:
       }
       next();
     }
-  }
-
-  bool stopping() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return stop_;
   }
 
   /// Marks a collective call in progress for the watchdog.
@@ -240,6 +241,7 @@ private:
   std::mutex queueMu_;
   std::condition_variable queueCv_;
   std::deque<std::function<void()>> queue_;
+  bool quit_ = false; // guarded by queueMu_
   bool busy_ = false, stop_ = false;
   const char *what_ = "";
   Clock::time_point since_;

@@ -1,0 +1,244 @@
+//===- norms/NormKernels.h - LayerNorm and BatchNorm ------------*- C++ -*-===//
+//
+// LayerNormalization and BatchNormalization (and their gradients) of
+// DeviceKernels.h.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "../KernelCommon.h"
+
+namespace ampc::rt::cuda {
+
+//===----------------------------------------------------------------------===//
+// LayerNormalization and its gradient
+//===----------------------------------------------------------------------===//
+
+/// Scale and bias broadcast to the normalized shape: element i of a row reads
+/// offset i (contiguous) or its strided offset.
+struct NormParam {
+  const void *p = nullptr;
+  uint8_t type = 0;
+  bool contiguous = true;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {}, strides[kMaxRank] = {};
+  AMPC_HD float at(int64_t i) const {
+    return loadAsFloat(type, p, contiguous ? i : stridedOffset(rank, shape, strides, i));
+  }
+};
+
+/// Phase 0 (forward) and 1 (dX): one thread per row. Phase 2: one thread per
+/// column i of the normalized shape sums dScale[i] and dBias[i] over rows.
+struct LayerNormArgs {
+  const void *x = nullptr, *dy = nullptr, *meanIn = nullptr, *invIn = nullptr;
+  void *y = nullptr, *mean = nullptr, *inv = nullptr, *dScale = nullptr, *dBias = nullptr;
+  uint8_t xType = 0, dyType = 0, meanInType = 0, invInType = 0, yType = 0, meanType = 0,
+          invType = 0, dScaleType = 0, dBiasType = 0;
+  NormParam scale, bias; ///< bias.p null: no bias
+  int64_t rows = 0, inner = 0;
+  float eps = 1e-5f;
+  uint8_t phase = 0;
+
+  static AMPC_HD void run(const LayerNormArgs &a, int64_t i) {
+    if (a.phase == 2) {
+      float ds = 0, db = 0;
+      for (int64_t r = 0; r < a.rows; ++r) {
+        int64_t k = r * a.inner + i;
+        float g = loadAsFloat(a.dyType, a.dy, k);
+        float xhat = (loadAsFloat(a.xType, a.x, k) - loadAsFloat(a.meanInType, a.meanIn, r)) *
+                     loadAsFloat(a.invInType, a.invIn, r);
+        ds += g * xhat;
+        db += g;
+      }
+      if (a.dScale)
+        storeFromFloat(a.dScaleType, a.dScale, i, ds);
+      if (a.dBias)
+        storeFromFloat(a.dBiasType, a.dBias, i, db);
+      return;
+    }
+    int64_t base = i * a.inner, n = a.inner;
+    auto X = [&](int64_t j) { return loadAsFloat(a.xType, a.x, base + j); };
+    if (a.phase == 0) {
+      float s = 0;
+      for (int64_t j = 0; j < n; ++j)
+        s += X(j);
+      float mu = s / static_cast<float>(n);
+      float ss = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        float d = X(j) - mu;
+        ss += d * d;
+      }
+      float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + a.eps);
+      for (int64_t j = 0; j < n; ++j)
+        storeFromFloat(a.yType, a.y, base + j,
+                       (X(j) - mu) * inv * a.scale.at(j) + (a.bias.p ? a.bias.at(j) : 0.0f));
+      if (a.mean)
+        storeFromFloat(a.meanType, a.mean, i, mu);
+      if (a.inv)
+        storeFromFloat(a.invType, a.inv, i, inv);
+      return;
+    }
+    // dX = inv * (g*scale - mean(g*scale) - xhat * mean(g*scale*xhat)).
+    float mu = loadAsFloat(a.meanInType, a.meanIn, i), inv = loadAsFloat(a.invInType, a.invIn, i);
+    auto G = [&](int64_t j) { return loadAsFloat(a.dyType, a.dy, base + j) * a.scale.at(j); };
+    float mg = 0, mgx = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      float gs = G(j);
+      mg += gs;
+      mgx += gs * ((X(j) - mu) * inv);
+    }
+    float invN = 1.0f / static_cast<float>(n);
+    mg *= invN;
+    mgx *= invN;
+    for (int64_t j = 0; j < n; ++j)
+      storeFromFloat(a.yType, a.y, base + j, inv * (G(j) - mg - ((X(j) - mu) * inv) * mgx));
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// BatchNormalization (training and inference) and its gradient
+//===----------------------------------------------------------------------===//
+
+/// X is [N, C, pix]; channel c has count = N * pix elements, split into
+/// `chunks` chunks of `chunk` for the partial sums. Workspace (fp32):
+/// partA[C * chunks], partB[C * chunks], mu[C], inv[C], mg[C], mgx[C].
+struct BatchNormArgs {
+  enum Phase : uint8_t {
+    SumX,        ///< (c, chunk): partial sums of x
+    Mean,        ///< c: mu
+    SumSqDiff,   ///< (c, chunk): partial sums of (x - mu)^2
+    Variance,    ///< c: inv (and the forward's statistics outputs)
+    Apply,       ///< element: y
+    SumGrad,     ///< (c, chunk): partial sums of dy and dy * xhat
+    CombineGrad, ///< c: dScale, dBias, mg, mgx
+    ApplyGrad    ///< element: dx
+  };
+  const void *x = nullptr, *dy = nullptr, *scale = nullptr, *bias = nullptr,
+             *runMean = nullptr, *runVar = nullptr;
+  void *y = nullptr, *outMean = nullptr, *outVar = nullptr, *savedMean = nullptr,
+       *savedInv = nullptr, *dScale = nullptr, *dBias = nullptr;
+  uint8_t xType = 0, dyType = 0, scaleType = 0, biasType = 0, runMeanType = 0, runVarType = 0,
+          yType = 0, outMeanType = 0, outVarType = 0, savedMeanType = 0, savedInvType = 0,
+          dScaleType = 0, dBiasType = 0;
+  float *ws = nullptr;
+  int64_t N = 0, C = 0, pix = 0, chunk = 1, chunks = 1;
+  float eps = 1e-5f, momentum = 0.9f;
+  bool training = true;
+  Phase phase = SumX;
+
+  AMPC_HD float *partA() const { return ws; }
+  AMPC_HD float *partB() const { return ws + C * chunks; }
+  AMPC_HD float *mu() const { return ws + 2 * C * chunks; }
+  AMPC_HD float *invs() const { return mu() + C; }
+  AMPC_HD float *mg() const { return mu() + 2 * C; }
+  AMPC_HD float *mgx() const { return mu() + 3 * C; }
+  /// Element j of channel c (j in [0, N * pix)).
+  AMPC_HD int64_t offset(int64_t c, int64_t j) const {
+    int64_t n = j / pix;
+    return (n * C + c) * pix + (j - n * pix);
+  }
+
+  static AMPC_HD void run(const BatchNormArgs &a, int64_t i) {
+    float count = static_cast<float>(a.N * a.pix);
+    switch (a.phase) {
+    case SumX:
+    case SumSqDiff:
+    case SumGrad: {
+      int64_t c = i / a.chunks, k = i - c * a.chunks;
+      int64_t begin = k * a.chunk, total = a.N * a.pix;
+      int64_t end = begin + a.chunk < total ? begin + a.chunk : total;
+      float s = 0, t = 0, mu = a.phase == SumX ? 0.0f : a.mu()[c];
+      float inv = a.phase == SumGrad ? a.invs()[c] : 0.0f;
+      for (int64_t j = begin; j < end; ++j) {
+        int64_t off = a.offset(c, j);
+        float xv = loadAsFloat(a.xType, a.x, off);
+        if (a.phase == SumX) {
+          s += xv;
+        } else if (a.phase == SumSqDiff) {
+          float d = xv - mu;
+          s += d * d;
+        } else {
+          float g = loadAsFloat(a.dyType, a.dy, off);
+          s += g;
+          t += g * ((xv - mu) * inv);
+        }
+      }
+      a.partA()[i] = s;
+      if (a.phase == SumGrad)
+        a.partB()[i] = t;
+      return;
+    }
+    case Mean: {
+      float s = 0;
+      for (int64_t k = 0; k < a.chunks; ++k)
+        s += a.partA()[i * a.chunks + k];
+      a.mu()[i] = s / count;
+      return;
+    }
+    case Variance: {
+      float mu, v;
+      if (a.training) {
+        float s = 0;
+        for (int64_t k = 0; k < a.chunks; ++k)
+          s += a.partA()[i * a.chunks + k];
+        mu = a.mu()[i];
+        v = s / count;
+      } else {
+        mu = loadAsFloat(a.runMeanType, a.runMean, i);
+        v = loadAsFloat(a.runVarType, a.runVar, i);
+        a.mu()[i] = mu;
+      }
+      float inv = 1.0f / std::sqrt(v + a.eps);
+      a.invs()[i] = inv;
+      if (!a.training)
+        return;
+      if (a.outMean)
+        storeFromFloat(a.outMeanType, a.outMean, i,
+                       loadAsFloat(a.runMeanType, a.runMean, i) * a.momentum +
+                           mu * (1 - a.momentum));
+      if (a.outVar)
+        storeFromFloat(a.outVarType, a.outVar, i,
+                       loadAsFloat(a.runVarType, a.runVar, i) * a.momentum + v * (1 - a.momentum));
+      if (a.savedMean)
+        storeFromFloat(a.savedMeanType, a.savedMean, i, mu);
+      if (a.savedInv)
+        storeFromFloat(a.savedInvType, a.savedInv, i, inv);
+      return;
+    }
+    case Apply: {
+      int64_t c = (i / a.pix) % a.C;
+      float sc = a.invs()[c] * loadAsFloat(a.scaleType, a.scale, c);
+      float b = loadAsFloat(a.biasType, a.bias, c);
+      storeFromFloat(a.yType, a.y, i, (loadAsFloat(a.xType, a.x, i) - a.mu()[c]) * sc + b);
+      return;
+    }
+    case CombineGrad: {
+      float sumDy = 0, sumDyXhat = 0;
+      for (int64_t k = 0; k < a.chunks; ++k) {
+        sumDy += a.partA()[i * a.chunks + k];
+        sumDyXhat += a.partB()[i * a.chunks + k];
+      }
+      if (a.dScale)
+        storeFromFloat(a.dScaleType, a.dScale, i, sumDyXhat);
+      if (a.dBias)
+        storeFromFloat(a.dBiasType, a.dBias, i, sumDy);
+      float sc = loadAsFloat(a.scaleType, a.scale, i);
+      a.mg()[i] = sc * sumDy / count;
+      a.mgx()[i] = sc * sumDyXhat / count;
+      return;
+    }
+    case ApplyGrad: {
+      int64_t c = (i / a.pix) % a.C;
+      float inv = a.invs()[c], sc = loadAsFloat(a.scaleType, a.scale, c);
+      float g = loadAsFloat(a.dyType, a.dy, i);
+      float v = a.training ? inv * (g * sc - a.mg()[c] -
+                                    (loadAsFloat(a.xType, a.x, i) - a.mu()[c]) * inv * a.mgx()[c])
+                           : g * sc * inv;
+      storeFromFloat(a.yType, a.y, i, v);
+      return;
+    }
+    }
+  }
+};
+
+} // namespace ampc::rt::cuda

@@ -47,6 +47,14 @@ void emulateGemm(const GemmCall &g) {
 
 template <typename A> void loop(const Launch &l) {
   const A &a = l.as<A>();
+  if constexpr (kIsRowKernel<A>) {
+    // A row launch: each row lane by lane, in the GPU's order.
+    if (a.lanes) {
+      for (int64_t row = 0; row < l.threads; ++row)
+        runRowOnHost(a, row);
+      return;
+    }
+  }
   for (int64_t i = 0; i < l.threads; ++i)
     A::run(a, i);
 }

@@ -315,8 +315,33 @@ std::string describeLaunch(const Launch &l) {
       AMPC_CUDA_KERNELS(AMPC_KERNEL_NAME)
 #undef AMPC_KERNEL_NAME
   };
-  return std::string(names[static_cast<int>(l.kernel)]) + " kernel, " +
-         std::to_string(l.threads) + " threads";
+  std::string name = std::string(names[static_cast<int>(l.kernel)]) + " kernel, ";
+  int lanes = rowLanesOf(l);
+  if (lanes)
+    return name + std::to_string(l.threads) + " rows x " + std::to_string(lanes) + " threads";
+  return name + std::to_string(l.threads) + " threads";
+}
+
+namespace {
+template <typename A> int lanesOf(const Launch &l) {
+  if constexpr (kIsRowKernel<A>)
+    return l.as<A>().lanes;
+  else
+    return 0;
+}
+} // namespace
+
+int rowLanesOf(const Launch &l) {
+  if (l.kind != Launch::Kernel)
+    return 0;
+  switch (l.kernel) {
+#define AMPC_ROW_LANES(NAME, ARGS)                                                                 \
+  case KernelKind::NAME:                                                                           \
+    return lanesOf<ARGS>(l);
+    AMPC_CUDA_KERNELS(AMPC_ROW_LANES)
+#undef AMPC_ROW_LANES
+  }
+  return 0;
 }
 
 } // namespace ampc::rt::cuda

@@ -660,6 +660,138 @@ TEST(CudaEmulation, SoftmaxAndNormalization) {
     })", {{"t", intsIn(0, 4)}});
 }
 
+//===----------------------------------------------------------------------===//
+// Row kernels (RowKernels.h): a warp or a block per row, emulated lane by lane
+//===----------------------------------------------------------------------===//
+
+/// Row lengths that exercise each shape of row launch: a warp with a short
+/// last chunk (40), a warp with several chunks per lane (1000), a block of
+/// 256 threads with a short last chunk (5003).
+const int64_t kRowLengths[] = {40, 1000, 5003};
+
+std::string rows(int64_t r, int64_t len) {
+  return "[" + std::to_string(r) + "," + std::to_string(len) + "]";
+}
+
+/// The kernel launches of program 0 of a model's plan, lowered against
+/// placeholder addresses.
+std::vector<rcuda::Launch> kernelLaunches(const std::string &model) {
+  auto g = importModelText(model, "rows");
+  EXPECT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  if (!g)
+    return {};
+  auto p = lowerToPlan(**g, {});
+  EXPECT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  if (!p)
+    return {};
+  static uint8_t fake[64];
+  rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake};
+  std::vector<rcuda::Launch> launches, kernels;
+  size_t ws = 0;
+  std::string error;
+  EXPECT_TRUE(rcuda::lowerProgram(*p, 0, mem, launches, ws, error)) << error;
+  for (const rcuda::Launch &l : launches)
+    if (l.kind == rcuda::Launch::Kernel)
+      kernels.push_back(l);
+  return kernels;
+}
+
+/// Values of a large magnitude, far from zero: exp overflows fp32 unless the
+/// row's maximum is subtracted, and the online maximum changes often.
+Generator largeNegative(double scale, double offset) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = offset + scale * u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+}
+
+TEST(CudaRowKernels, LaunchShapes) {
+  struct Case {
+    int64_t len;
+    int lanes;
+  } cases[] = {{5, 0}, {31, 0}, {32, 32}, {1000, 32}, {4096, 32}, {4097, 256}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.len);
+    auto ks = kernelLaunches(header() + "g (float" + rows(3, c.len) + " a) => (float" +
+                             rows(3, c.len) + " y) { y = Softmax(a) }");
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_EQ(ks[0].kernel, rcuda::KernelKind::Softmax);
+    EXPECT_EQ(ks[0].as<rcuda::SoftmaxArgs>().lanes, c.lanes);
+    EXPECT_EQ(ks[0].threads, 3); // a row (or a column) each
+    EXPECT_EQ(rcuda::rowLanesOf(ks[0]), c.lanes);
+    EXPECT_EQ(rcuda::describeLaunch(ks[0]),
+              c.lanes ? "Softmax kernel, 3 rows x " + std::to_string(c.lanes) + " threads"
+                      : std::string("Softmax kernel, 3 threads"));
+  }
+  // Not the last axis: a thread per column, whose loads are coalesced
+  // across threads already.
+  auto ks = kernelLaunches(header() + "g (float[3,100,40] a) => (float[3,100,40] y) { y = Softmax <axis = 1> (a) }");
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].as<rcuda::SoftmaxArgs>().lanes, 0);
+  EXPECT_EQ(ks[0].threads, 120);
+}
+
+TEST(CudaRowKernels, SoftmaxOnlineOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len);
+    compareOp("Softmax" + shape, header() + "g (T" + shape + " a) => (T" + shape +
+                                     " y) { y = Softmax(a) }");
+    compareOp("LogSoftmax" + shape, header() + "g (T" + shape + " a) => (T" + shape +
+                                        " y) { y = LogSoftmax(a) }");
+    // Around -1000 with a spread of 60: exp(x) underflows to 0 everywhere,
+    // exp(x - max) does not, and fp16 represents every input.
+    compareOp("Softmax-large" + shape,
+              header() + "g (T" + shape + " a) => (T" + shape + " y, T" + shape +
+                  " z) { y = Softmax(a)\n z = LogSoftmax(a) }",
+              {{"a", largeNegative(30, -1000)}}, 1e-4);
+  }
+}
+
+TEST(CudaRowKernels, SoftmaxMaskedRows) {
+  // Row 0 starts with 300 -inf (a masked attention row: the online maximum
+  // is -inf for a while), row 1 is -inf but for one element, row 2 is all
+  // -inf (NaN, as the two-pass reference gives), row 3 holds +inf.
+  Generator masked = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    const double inf = std::numeric_limits<double>::infinity();
+    int64_t len = t.shape.back();
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = 4 * u(rng);
+    for (int64_t j = 0; j < 300; ++j)
+      v[j] = -inf;
+    for (int64_t j = 0; j < len; ++j)
+      v[len + j] = j == 517 ? 2.0 : -inf;
+    for (int64_t j = 0; j < len; ++j)
+      v[2 * len + j] = -inf;
+    v[3 * len + 9] = inf;
+    return Tensor::fromDoubles(t, v);
+  };
+  for (int64_t len : {1000, 5003}) {
+    std::string shape = rows(4, len);
+    compareOp("Softmax-masked" + shape,
+              header() + "g (T" + shape + " a) => (T" + shape + " y, T" + shape +
+                  " z) { y = Softmax(a)\n z = LogSoftmax(a) }",
+              {{"a", masked}});
+  }
+}
+
+TEST(CudaRowKernels, SoftmaxGradientsOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len);
+    // Y fed rather than computed, so that a one-ulp difference in the
+    // forward does not add to the gradient's.
+    compareOp("SoftmaxGrad" + shape, header(true) + "g (T" + shape + " dy, T" + shape +
+                                         " y) => (T" + shape + " dx, T" + shape + R"( dl) {
+      dx = ampc.SoftmaxGrad <axis = -1> (dy, y)
+      dl = ampc.LogSoftmaxGrad <axis = -1> (dy, y)
+    })");
+  }
+}
+
 TEST(CudaEmulation, PoolingAndConvolution) {
   compareOp("MaxPool", header() + R"(g (T[2,3,8,8] x) => (T[2,3,4,4] y, int64[2,3,4,4] i) {
       y, i = MaxPool <kernel_shape = [2,2], strides = [2,2]> (x)

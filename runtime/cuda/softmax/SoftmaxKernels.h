@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "../KernelCommon.h"
+#include "../RowKernels.h"
 
 namespace ampc::rt::cuda {
 
@@ -16,13 +16,81 @@ namespace ampc::rt::cuda {
 enum class SoftOp : uint8_t { Softmax, LogSoftmax, Hardmax, SoftmaxGrad, LogSoftmaxGrad };
 
 /// The tensor is [outer, len, inner]; thread i handles column (i / inner,
-/// i % inner). Gradients: x = dY, y = Y.
+/// i % inner). Gradients: x = dY, y = Y. When the axis is the last one
+/// (inner == 1) and the rows are long, the lowering makes it a row launch
+/// (RowKernels.h, `lanes` threads per row; Hardmax excepted): Softmax and
+/// LogSoftmax read the row once (online maximum and sum), the gradients
+/// reduce sum(dY * Y) or sum(dY), then every lane writes its chunks.
 struct SoftmaxArgs {
   const void *x = nullptr, *y = nullptr;
   void *out = nullptr;
   uint8_t xType = 0, yType = 0, outType = 0;
   SoftOp op = SoftOp::Softmax;
   int64_t len = 0, inner = 1;
+  int lanes = 0;
+
+  AMPC_HD int64_t rowLength() const { return len; }
+  static AMPC_HD int rowPasses(const SoftmaxArgs &) { return 1; }
+  AMPC_HD bool forward() const { return op == SoftOp::Softmax || op == SoftOp::LogSoftmax; }
+  static AMPC_HD RowAcc rowInit(const SoftmaxArgs &a, int) {
+    return a.forward() ? softmaxInit() : RowAcc();
+  }
+  static AMPC_HD RowAcc rowAccumulate(const SoftmaxArgs &a, int64_t row, int, int64_t j0, int n,
+                                      RowAcc acc, const RowAcc *) {
+    float x[kRowChunk], y[kRowChunk];
+    loadChunk(a.xType, a.x, row * a.len + j0, n, x);
+    if (a.forward()) {
+      for (int k = 0; k < n; ++k)
+        acc = softmaxAdd(acc, x[k]);
+      return acc;
+    }
+    if (a.op == SoftOp::LogSoftmaxGrad) {
+      for (int k = 0; k < n; ++k)
+        acc.a += x[k];
+      return acc;
+    }
+    loadChunk(a.yType, a.y, row * a.len + j0, n, y);
+    for (int k = 0; k < n; ++k)
+      acc.a += x[k] * y[k];
+    return acc;
+  }
+  static AMPC_HD RowAcc rowCombine(const SoftmaxArgs &a, int, RowAcc p, RowAcc q) {
+    if (a.forward())
+      return softmaxMerge(p, q);
+    p.a += q.a;
+    return p;
+  }
+  /// The reference's formulas (run), given the row's maximum and sum.
+  static AMPC_HD void rowFinish(const SoftmaxArgs &a, int64_t row, int64_t j0, int n,
+                                const RowAcc *totals) {
+    float x[kRowChunk], y[kRowChunk], r[kRowChunk];
+    int64_t off = row * a.len + j0;
+    loadChunk(a.xType, a.x, off, n, x);
+    float mx = totals[0].a, s = totals[0].b;
+    switch (a.op) {
+    case SoftOp::Softmax: {
+      float inv = 1.0f / s;
+      for (int k = 0; k < n; ++k)
+        r[k] = std::exp(x[k] - mx) * inv;
+      break;
+    }
+    case SoftOp::LogSoftmax: {
+      float lse = std::log(s);
+      for (int k = 0; k < n; ++k)
+        r[k] = (x[k] - mx) - lse;
+      break;
+    }
+    default: {
+      float sum = totals[0].a;
+      loadChunk(a.yType, a.y, off, n, y);
+      for (int k = 0; k < n; ++k)
+        r[k] = a.op == SoftOp::LogSoftmaxGrad ? x[k] - std::exp(y[k]) * sum : y[k] * (x[k] - sum);
+      break;
+    }
+    }
+    storeChunk(a.outType, a.out, off, n, r);
+  }
+  static AMPC_HD void rowDone(const SoftmaxArgs &, int64_t, const RowAcc *) {}
 
   static AMPC_HD void run(const SoftmaxArgs &a, int64_t i) {
     int64_t o = i / a.inner, base = o * a.len * a.inner + (i - o * a.inner), st = a.inner;

@@ -42,6 +42,9 @@ bool StepLowering::lowerSoftmax(SoftOp op, std::string &error) {
   s.len = x.shape[axis];
   s.inner = product(x.shape, axis + 1);
   int64_t outer = s.len * s.inner != 0 ? x.numel / (s.len * s.inner) : 0;
+  // Contiguous rows: a warp or a block per row (the launch counts rows).
+  if (s.inner == 1 && op != SoftOp::Hardmax)
+    s.lanes = rowLanes(s.len);
   kernel(KernelKind::Softmax, s, outer * s.inner);
   return true;
 }

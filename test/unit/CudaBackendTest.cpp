@@ -732,6 +732,17 @@ TEST(CudaRowKernels, LaunchShapes) {
   ASSERT_EQ(ks.size(), 1u);
   EXPECT_EQ(ks[0].as<rcuda::SoftmaxArgs>().lanes, 0);
   EXPECT_EQ(ks[0].threads, 120);
+  // LayerNorm's forward and dX by rows, dScale and dBias a thread per column.
+  ks = kernelLaunches(header(true) + R"(g (float[6,1000] dy, float[6,1000] x, float[1000] s, float[6,1] m, float[6,1] r) => (float[6,1000] y, float[6,1000] dx, float[1000] ds) {
+      y = LayerNormalization <axis = -1> (x, s)
+      dx, ds = ampc.LayerNormalizationGrad <axis = -1> (dy, x, s, m, r)
+    })");
+  ASSERT_EQ(ks.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(ks[k].kernel, rcuda::KernelKind::LayerNorm);
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), k < 2 ? 32 : 0) << k;
+    EXPECT_EQ(ks[k].threads, k < 2 ? 6 : 1000) << k;
+  }
 }
 
 TEST(CudaRowKernels, SoftmaxOnlineOverLongRows) {
@@ -789,6 +800,38 @@ TEST(CudaRowKernels, SoftmaxGradientsOverLongRows) {
       dx = ampc.SoftmaxGrad <axis = -1> (dy, y)
       dl = ampc.LogSoftmaxGrad <axis = -1> (dy, y)
     })");
+  }
+}
+
+TEST(CudaRowKernels, LayerNormOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len), param = "[" + std::to_string(len) + "]";
+    compareOp("LayerNormalization" + shape,
+              header() + "g (T" + shape + " x, T" + param + " s, T" + param + " b) => (T" +
+                  shape + R"( y, float[3,1] m, float[3,1] r) {
+      y, m, r = LayerNormalization <axis = -1, stash_type = 1> (x, s, b)
+    })");
+    // Far from zero: the two passes keep the variance accurate.
+    compareOp("LayerNormalization-offset" + shape,
+              header() + "g (T" + shape + " x, T" + param + " s) => (T" + shape + R"( y) {
+      y = LayerNormalization <axis = -1> (x, s)
+    })",
+              {{"x", largeNegative(4, 300)}}, 1e-4);
+    // The statistics fed, so that the gradient is checked on its own.
+    Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
+      std::uniform_real_distribution<double> u(0.5, 2);
+      std::vector<double> v(t.numElements());
+      for (double &x : v)
+        x = u(rng);
+      return Tensor::fromDoubles(t, v);
+    };
+    compareOp("LayerNormalizationGrad" + shape,
+              header(true) + "g (T" + shape + " dy, T" + shape + " x, T" + param +
+                  " s, T[3,1] m, T[3,1] r) => (T" + shape + " dx, T" + param + " ds, T" +
+                  param + R"( db) {
+      dx, ds, db = ampc.LayerNormalizationGrad <axis = -1> (dy, x, s, m, r)
+    })",
+              {{"r", positive}});
   }
 }
 

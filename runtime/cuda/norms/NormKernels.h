@@ -6,7 +6,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "../KernelCommon.h"
+#include "../RowKernels.h"
 
 namespace ampc::rt::cuda {
 
@@ -27,8 +27,12 @@ struct NormParam {
   }
 };
 
-/// Phase 0 (forward) and 1 (dX): one thread per row. Phase 2: one thread per
-/// column i of the normalized shape sums dScale[i] and dBias[i] over rows.
+/// Phase 0 (forward) and 1 (dX): one thread per row, or (lanes > 0) a row
+/// launch (RowKernels.h): the forward reduces the sum, then the squared
+/// deviations from the mean (the reference's two passes, kept for their
+/// accuracy), dX reduces sum(dY * scale) and sum(dY * scale * x̂) in one
+/// pass. Phase 2: one thread per column i of the normalized shape sums
+/// dScale[i] and dBias[i] over rows.
 struct LayerNormArgs {
   const void *x = nullptr, *dy = nullptr, *meanIn = nullptr, *invIn = nullptr;
   void *y = nullptr, *mean = nullptr, *inv = nullptr, *dScale = nullptr, *dBias = nullptr;
@@ -38,6 +42,76 @@ struct LayerNormArgs {
   int64_t rows = 0, inner = 0;
   float eps = 1e-5f;
   uint8_t phase = 0;
+  int lanes = 0;
+
+  AMPC_HD int64_t rowLength() const { return inner; }
+  static AMPC_HD int rowPasses(const LayerNormArgs &a) { return a.phase == 0 ? 2 : 1; }
+  static AMPC_HD RowAcc rowInit(const LayerNormArgs &, int) { return RowAcc(); }
+  AMPC_HD float rowMean(const RowAcc *totals) const {
+    return totals[0].a / static_cast<float>(inner);
+  }
+  AMPC_HD float rowInv(const RowAcc *totals) const {
+    return 1.0f / std::sqrt(totals[1].a / static_cast<float>(inner) + eps);
+  }
+  static AMPC_HD RowAcc rowAccumulate(const LayerNormArgs &a, int64_t row, int pass, int64_t j0,
+                                      int n, RowAcc acc, const RowAcc *totals) {
+    float x[kRowChunk];
+    loadChunk(a.xType, a.x, row * a.inner + j0, n, x);
+    if (a.phase == 0) {
+      float mu = pass == 0 ? 0.0f : a.rowMean(totals);
+      for (int k = 0; k < n; ++k) {
+        float d = x[k] - mu;
+        acc.a += pass == 0 ? x[k] : d * d;
+      }
+      return acc;
+    }
+    float g[kRowChunk];
+    loadChunk(a.dyType, a.dy, row * a.inner + j0, n, g);
+    float mu = loadAsFloat(a.meanInType, a.meanIn, row);
+    float inv = loadAsFloat(a.invInType, a.invIn, row);
+    for (int k = 0; k < n; ++k) {
+      float gs = g[k] * a.scale.at(j0 + k);
+      acc.a += gs;
+      acc.b += gs * ((x[k] - mu) * inv);
+    }
+    return acc;
+  }
+  static AMPC_HD RowAcc rowCombine(const LayerNormArgs &, int, RowAcc p, RowAcc q) {
+    p.a += q.a;
+    p.b += q.b;
+    return p;
+  }
+  /// The reference's formulas (run), given the row's sums.
+  static AMPC_HD void rowFinish(const LayerNormArgs &a, int64_t row, int64_t j0, int n,
+                                const RowAcc *totals) {
+    float x[kRowChunk], r[kRowChunk];
+    const int64_t off = row * a.inner + j0;
+    loadChunk(a.xType, a.x, off, n, x);
+    if (a.phase == 0) {
+      float mu = a.rowMean(totals), inv = a.rowInv(totals);
+      for (int k = 0; k < n; ++k)
+        r[k] = (x[k] - mu) * inv * a.scale.at(j0 + k) + (a.bias.p ? a.bias.at(j0 + k) : 0.0f);
+      storeChunk(a.yType, a.y, off, n, r);
+      return;
+    }
+    float g[kRowChunk];
+    loadChunk(a.dyType, a.dy, off, n, g);
+    float mu = loadAsFloat(a.meanInType, a.meanIn, row);
+    float inv = loadAsFloat(a.invInType, a.invIn, row);
+    float invN = 1.0f / static_cast<float>(a.inner);
+    float mg = totals[0].a * invN, mgx = totals[0].b * invN;
+    for (int k = 0; k < n; ++k)
+      r[k] = inv * (g[k] * a.scale.at(j0 + k) - mg - ((x[k] - mu) * inv) * mgx);
+    storeChunk(a.yType, a.y, off, n, r);
+  }
+  static AMPC_HD void rowDone(const LayerNormArgs &a, int64_t row, const RowAcc *totals) {
+    if (a.phase != 0)
+      return;
+    if (a.mean)
+      storeFromFloat(a.meanType, a.mean, row, a.rowMean(totals));
+    if (a.inv)
+      storeFromFloat(a.invType, a.inv, row, a.rowInv(totals));
+  }
 
   static AMPC_HD void run(const LayerNormArgs &a, int64_t i) {
     if (a.phase == 2) {

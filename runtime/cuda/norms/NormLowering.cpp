@@ -82,6 +82,7 @@ bool StepLowering::lowerLayerNorm(std::string &error) {
   l.invType = inv.type;
   l.eps = static_cast<float>(attrFloat("epsilon", 1e-5));
   l.phase = 0;
+  l.lanes = rowLanes(l.inner);
   kernel(KernelKind::LayerNorm, l, l.rows);
   return true;
 }
@@ -132,10 +133,12 @@ bool StepLowering::lowerLayerNormGrad(std::string &error) {
   l.dBiasType = dBias.type;
   if (dx.present()) {
     l.phase = 1;
+    l.lanes = rowLanes(l.inner);
     kernel(KernelKind::LayerNorm, l, l.rows);
   }
   if (dScale.present() || dBias.present()) {
     l.phase = 2;
+    l.lanes = 0; // a thread per column
     kernel(KernelKind::LayerNorm, l, l.inner);
   }
   return true;

@@ -835,6 +835,55 @@ TEST(CudaRowKernels, LayerNormOverLongRows) {
   }
 }
 
+TEST(CudaRowKernels, ReductionsOverTrailingAxes) {
+  // (ReduceSum takes its axes as an operand since opset 13.)
+  const char *ops[] = {"ReduceMean", "ReduceSumSquare", "ReduceL1",
+                       "ReduceL2",   "ReduceMax",       "ReduceMin"};
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len);
+    compareOp("ReduceSum" + shape, header() + "g (T" + shape +
+                                       " a) => (T[3,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }",
+              {}, 1e-4);
+    for (const char *op : ops)
+      compareOp(op + shape, header() + "g (T" + shape + " a) => (T[3,1] y) { y = " + op +
+                                "<axes = [1]> (a) }",
+                {}, 1e-4);
+    compareOp("ReduceLogSumExp" + shape,
+              header() + "g (T" + shape + " a) => (T[3] y) { y = ReduceLogSumExp <axes = [-1], keepdims = 0> (a) }",
+              {{"a", largeNegative(30, -1000)}}, 1e-4);
+  }
+  // Two trailing axes reduced together: one row of 10 x 100 per result.
+  compareOp("ReduceMean-trailing2", header() + R"(g (T[2,10,100] a) => (T[2] y) {
+      y = ReduceMean <axes = [1, 2], keepdims = 0> (a)
+    })");
+  // Fully masked and infinite rows: -inf and +inf, as on the CPU.
+  Generator infinities = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    for (int64_t j = 0; j < 1000; ++j)
+      v[j] = -inf;   // row 0
+    v[1000 + 77] = inf; // row 1
+    return Tensor::fromDoubles(t, v);
+  };
+  compareOp("ReduceLogSumExp-infinite-rows", header() + R"(g (T[3,1000] a) => (T[3] y, T[3] m) {
+      y = ReduceLogSumExp <axes = [1], keepdims = 0> (a)
+      m = ReduceMax <axes = [1], keepdims = 0> (a)
+    })", {{"a", infinities}}, 1e-4);
+  // Launches: trailing axes by rows, a middle axis a thread per result, a
+  // few very long rows in chunks.
+  auto lanes = [](const std::string &model) {
+    auto ks = kernelLaunches(header() + model);
+    return ks.empty() ? -1 : rcuda::rowLanesOf(ks[0]);
+  };
+  EXPECT_EQ(lanes("g (float[8,1000] a) => (float[8,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 32);
+  EXPECT_EQ(lanes("g (float[8,9000] a) => (float[8,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 256);
+  EXPECT_EQ(lanes("g (float[1000,8] a) => (float[1,8] y) <int64[1] ax = {0}> { y = ReduceSum(a, ax) }"), 0);
+  EXPECT_EQ(lanes("g (float[2,100000] a) => (float[2,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 0);
+}
+
 TEST(CudaEmulation, PoolingAndConvolution) {
   compareOp("MaxPool", header() + R"(g (T[2,3,8,8] x) => (T[2,3,4,4] y, int64[2,3,4,4] i) {
       y, i = MaxPool <kernel_shape = [2,2], strides = [2,2]> (x)

@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "../KernelCommon.h"
+#include "../RowKernels.h"
 
 namespace ampc::rt::cuda {
 
@@ -18,6 +18,9 @@ enum class ReduceOp : uint8_t { Sum, Mean, SumSquare, L1, L2, Max, Min, Prod, Lo
 /// Phase 0: thread (result o, chunk c) reduces its chunk of the reduced
 /// elements (the final result when there is one chunk, else a partial);
 /// phase 1: thread o combines the partials of result o in chunk order.
+/// When the reduced axes are the trailing ones (result o reduces the
+/// contiguous row [o * count, (o + 1) * count)), the lowering makes phase 0 a
+/// row launch (RowKernels.h, `lanes` threads per result) instead.
 struct ReduceArgs {
   const void *src = nullptr;
   void *dst = nullptr;
@@ -31,6 +34,32 @@ struct ReduceArgs {
   /// LogSumExp: each result's maximum (a Max reduction run first), which
   /// every exponent is shifted by, as on the CPU.
   const float *shift = nullptr;
+  int lanes = 0;
+
+  AMPC_HD int64_t rowLength() const { return count; }
+  static AMPC_HD int rowPasses(const ReduceArgs &) { return 1; }
+  static AMPC_HD RowAcc rowInit(const ReduceArgs &a, int) {
+    RowAcc r;
+    r.a = init(a.op);
+    return r;
+  }
+  static AMPC_HD RowAcc rowAccumulate(const ReduceArgs &a, int64_t row, int, int64_t j0, int n,
+                                      RowAcc acc, const RowAcc *) {
+    float x[kRowChunk];
+    loadChunk(a.srcType, a.src, row * a.count + j0, n, x);
+    float shift = a.shift ? shiftOf(a, row) : 0.0f;
+    for (int k = 0; k < n; ++k)
+      acc.a = combine(a.op, acc.a, x[k] - shift);
+    return acc;
+  }
+  static AMPC_HD RowAcc rowCombine(const ReduceArgs &a, int, RowAcc p, RowAcc q) {
+    p.a = merge(a.op, p.a, q.a);
+    return p;
+  }
+  static AMPC_HD void rowFinish(const ReduceArgs &, int64_t, int64_t, int, const RowAcc *) {}
+  static AMPC_HD void rowDone(const ReduceArgs &a, int64_t row, const RowAcc *totals) {
+    storeFromFloat(a.dstType, a.dst, row, finish(a, totals[0].a, row));
+  }
 
   static AMPC_HD float init(ReduceOp op) {
     switch (op) {

@@ -33,9 +33,11 @@ void StepLowering::reduce(const Operand &src, const std::vector<bool> &reduced, 
   r.op = op;
   std::vector<int64_t> st = stridesOf(src.shape);
   int64_t outputs = 1;
+  bool trailing = true; // no kept axis after a reduced one
   for (size_t d = 0; d < src.shape.size(); ++d) {
     if (src.shape[d] == 1)
       continue;
+    trailing = trailing && (reduced[d] || r.redRank == 0);
     if (reduced[d]) {
       r.redShape[r.redRank] = src.shape[d];
       r.redStrides[r.redRank++] = st[d];
@@ -46,8 +48,15 @@ void StepLowering::reduce(const Operand &src, const std::vector<bool> &reduced, 
       outputs *= src.shape[d];
     }
   }
-  // Long reductions with few results: per-chunk partials, then a combine.
+  // Contiguous rows: a warp or a block per result; a few very long rows
+  // keep the chunked form below, which spreads each over many blocks.
   constexpr int64_t kChunk = 4096;
+  if (trailing && rowLanes(r.count) && (r.count <= 16 * kChunk || outputs >= 256)) {
+    r.lanes = rowLanes(r.count);
+    kernel(KernelKind::Reduce, r, outputs);
+    return;
+  }
+  // Long reductions with few results: per-chunk partials, then a combine.
   if (r.count > 2 * kChunk && outputs < 65536) {
     r.chunk = kChunk;
     r.chunks = (r.count + kChunk - 1) / kChunk;

@@ -884,6 +884,48 @@ TEST(CudaRowKernels, ReductionsOverTrailingAxes) {
   EXPECT_EQ(lanes("g (float[2,100000] a) => (float[2,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 0);
 }
 
+TEST(CudaRowKernels, CrossEntropyOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(6, len), c = std::to_string(len);
+    Generator targets = intsIn(0, len - 1);
+    for (const char *r : {"mean", "sum"})
+      compareOp(std::string("SoftmaxCrossEntropyLoss-") + r + shape,
+                header() + "g (T" + shape + " x, int64[6] t) => (T l, T" + shape + R"( lp) {
+      l, lp = SoftmaxCrossEntropyLoss <reduction = ")" + r + R"("> (x, t)
+    })",
+                {{"t", targets}, {"x", largeNegative(30, -1000)}}, 1e-4);
+    // Weights, an ignored class, no reduction; targets drawn from the first
+    // classes so that some samples hit the ignored one.
+    compareOp("SoftmaxCrossEntropyLoss-weighted" + shape,
+              header() + "g (T" + shape + " x, int64[6] t, T[" + c + R"(] w) => (T[6] l) {
+      l = SoftmaxCrossEntropyLoss <reduction = "none", ignore_index = 2> (x, t, w)
+    })",
+              {{"t", intsIn(0, 3)}});
+    compareOp("SoftmaxCrossEntropyLossGrad" + shape,
+              header(true) + "g (T dl, T" + shape + " lp, int64[6] t) => (T" + shape + R"( dx) {
+      dx = ampc.SoftmaxCrossEntropyLossGrad <reduction = "mean"> (dl, lp, t)
+    })",
+              {{"t", targets}});
+    compareOp("NegativeLogLikelihoodLossGrad" + shape,
+              header(true) + "g (T[6] dl, int64[6] t, T[" + c + "] w) => (T" + shape + R"( dx) {
+      dx = ampc.NegativeLogLikelihoodLossGrad <reduction = "none", shape = [6, )" + c + R"(]> (dl, t, w)
+    })",
+              {{"t", targets}});
+  }
+  auto ks = kernelLaunches(header(true) + R"(g (float[6,1000] x, int64[6] t, float dl) => (float l, float[6,1000] dx) {
+      l, lp = SoftmaxCrossEntropyLoss (x, t)
+      dx = ampc.SoftmaxCrossEntropyLossGrad (dl, lp, t)
+    })");
+  // Per sample by rows, the reduction and the gradient's scale one thread,
+  // dX by rows.
+  ASSERT_EQ(ks.size(), 4u);
+  const int lanes[] = {32, 0, 0, 32};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(ks[k].kernel, rcuda::KernelKind::Loss);
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), lanes[k]) << k;
+  }
+}
+
 TEST(CudaEmulation, PoolingAndConvolution) {
   compareOp("MaxPool", header() + R"(g (T[2,3,8,8] x) => (T[2,3,4,4] y, int64[2,3,4,4] i) {
       y, i = MaxPool <kernel_shape = [2,2], strides = [2,2]> (x)

@@ -5,7 +5,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "../KernelCommon.h"
+#include "../RowKernels.h"
 
 namespace ampc::rt::cuda {
 
@@ -54,6 +54,84 @@ struct LossArgs {
     return s;
   }
 
+  /// Sample i's weighted loss (its scores from `base`, classes D apart),
+  /// into the result or the workspace.
+  AMPC_HD void storeSampleLoss(int64_t i, int64_t base, float lse) const {
+    int64_t t = targetAt(i);
+    float w = sampleWeight(t), l = 0.0f;
+    if (w != w)
+      l = nanF();
+    else if (w != 0.0f) {
+      float xt = loadAsFloat(xType, x, base + t * D);
+      l = -(softmax ? xt - lse : xt) * w;
+    }
+    if (reduction == None)
+      storeFromFloat(lossType, loss, i, l);
+    else
+      ws[i] = l;
+  }
+  /// The factor of sample i's row of dX.
+  AMPC_HD float gradCoef(int64_t i, int64_t t) const {
+    float dl = loadAsFloat(dLossType, dLoss, reduction == None ? i : 0);
+    return sampleWeight(t) * dl * ws[0];
+  }
+  /// dX of class c of a sample with target t, from its log-probability
+  /// (softmax) or its score.
+  AMPC_HD float gradOf(float coef, int64_t c, int64_t t, float xc) const {
+    if (softmax) {
+      float p = std::exp(xc);
+      return (c == t && coef != 0.0f) ? coef * (p - 1.0f) : coef * p;
+    }
+    return coef != coef ? nanF() : (c == t && coef != 0.0f ? -coef : 0.0f);
+  }
+
+  // Row launches (RowKernels.h) when the scores are [N, C] (D == 1):
+  // PerSample with softmax reads a row once (online maximum and sum), Grad
+  // writes a row with no reduction.
+  int lanes = 0;
+  AMPC_HD int64_t rowLength() const { return C; }
+  static AMPC_HD int rowPasses(const LossArgs &a) { return a.phase == PerSample ? 1 : 0; }
+  static AMPC_HD RowAcc rowInit(const LossArgs &, int) { return softmaxInit(); }
+  static AMPC_HD RowAcc rowAccumulate(const LossArgs &a, int64_t row, int, int64_t j0, int n,
+                                      RowAcc acc, const RowAcc *) {
+    float v[kRowChunk];
+    loadChunk(a.xType, a.x, row * a.C + j0, n, v);
+    for (int k = 0; k < n; ++k)
+      acc = softmaxAdd(acc, v[k]);
+    return acc;
+  }
+  static AMPC_HD RowAcc rowCombine(const LossArgs &, int, RowAcc p, RowAcc q) {
+    return softmaxMerge(p, q);
+  }
+  static AMPC_HD float rowLse(const RowAcc *totals) {
+    return totals[0].a + std::log(totals[0].b);
+  }
+  static AMPC_HD void rowFinish(const LossArgs &a, int64_t row, int64_t j0, int n,
+                                const RowAcc *totals) {
+    float v[kRowChunk];
+    if (a.phase == PerSample) {
+      if (!a.logProb)
+        return;
+      loadChunk(a.xType, a.x, row * a.C + j0, n, v);
+      float lse = rowLse(totals);
+      for (int k = 0; k < n; ++k)
+        v[k] -= lse;
+      storeChunk(a.logProbType, a.logProb, row * a.C + j0, n, v);
+      return;
+    }
+    int64_t t = a.targetAt(row);
+    float coef = a.gradCoef(row, t);
+    if (a.softmax)
+      loadChunk(a.xType, a.x, row * a.C + j0, n, v);
+    for (int k = 0; k < n; ++k)
+      v[k] = a.gradOf(coef, j0 + k, t, v[k]);
+    storeChunk(a.dxType, a.dx, row * a.C + j0, n, v);
+  }
+  static AMPC_HD void rowDone(const LossArgs &a, int64_t row, const RowAcc *totals) {
+    if (a.phase == PerSample)
+      a.storeSampleLoss(row, row * a.C, rowLse(totals));
+  }
+
   static AMPC_HD void run(const LossArgs &a, int64_t i) {
     const int64_t C = a.C, D = a.D;
     switch (a.phase) {
@@ -75,16 +153,7 @@ struct LossArgs {
           for (int64_t c = 0; c < C; ++c)
             storeFromFloat(a.logProbType, a.logProb, base + c * D, X(c) - lse);
       }
-      int64_t t = a.targetAt(i);
-      float w = a.sampleWeight(t), l = 0.0f;
-      if (w != w)
-        l = nanF();
-      else if (w != 0.0f)
-        l = -(a.softmax ? X(t) - lse : X(t)) * w;
-      if (a.reduction == None)
-        storeFromFloat(a.lossType, a.loss, i, l);
-      else
-        a.ws[i] = l;
+      a.storeSampleLoss(i, base, lse);
       return;
     }
     case Reduce: {
@@ -100,18 +169,11 @@ struct LossArgs {
     case Grad: {
       int64_t n = i / D, d = i - n * D, base = n * C * D + d;
       int64_t t = a.targetAt(i);
-      float w = a.sampleWeight(t);
-      float dl = loadAsFloat(a.dLossType, a.dLoss, a.reduction == None ? i : 0);
-      float coef = w * dl * a.ws[0];
+      float coef = a.gradCoef(i, t);
       for (int64_t c = 0; c < C; ++c) {
-        float v;
-        if (a.softmax) {
-          float p = std::exp(loadAsFloat(a.xType, a.x, base + c * D));
-          v = (c == t && coef != 0.0f) ? coef * (p - 1.0f) : coef * p;
-        } else {
-          v = coef != coef ? nanF() : (c == t && coef != 0.0f ? -coef : 0.0f);
-        }
-        storeFromFloat(a.dxType, a.dx, base + c * D, v);
+        // NLL has no log-probabilities to read (x is null).
+        float xc = a.softmax ? loadAsFloat(a.xType, a.x, base + c * D) : 0.0f;
+        storeFromFloat(a.dxType, a.dx, base + c * D, a.gradOf(coef, c, t, xc));
       }
       return;
     }

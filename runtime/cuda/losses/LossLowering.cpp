@@ -74,9 +74,13 @@ bool StepLowering::lowerLoss(bool softmax, std::string &error) {
   int64_t samples = l.N * l.D;
   l.ws = ws_.alloc<float>(samples + 1);
   l.phase = LossArgs::PerSample;
+  // Scores [N, C]: a row launch reading each sample's row once (softmax
+  // only; NLL reads one score per sample).
+  l.lanes = softmax && l.D == 1 ? rowLanes(l.C) : 0;
   kernel(KernelKind::Loss, l, samples);
   if (l.reduction != LossArgs::None) {
     l.phase = LossArgs::Reduce;
+    l.lanes = 0;
     kernel(KernelKind::Loss, l, 1);
   }
   return true;
@@ -116,6 +120,7 @@ bool StepLowering::lowerLossGrad(bool softmax, std::string &error) {
   l.phase = LossArgs::GradScale;
   kernel(KernelKind::Loss, l, 1);
   l.phase = LossArgs::Grad;
+  l.lanes = l.D == 1 ? rowLanes(l.C) : 0; // rows of dX written by warps
   kernel(KernelKind::Loss, l, l.N * l.D);
   return true;
 }

@@ -10,7 +10,10 @@
 // shared memory, no atomics, no ordering between threads of one launch. Long
 // reductions run in two launches (per-chunk partials, then one thread per
 // result combining them in a fixed order), which also makes every result
-// bitwise reproducible. Element math is fp32 (fp64 for fused fp64 programs),
+// bitwise reproducible. The exception is row launches (RowKernels.h: a warp
+// or a block per row, for Softmax, LayerNorm, reductions over the last axes
+// and cross-entropy), whose cooperation has a fixed order that the emulator
+// reproduces lane by lane. Element math is fp32 (fp64 for fused fp64 programs),
 // storage is converted with ElementMath.h / FusedEval.h exactly as the CPU
 // backend does; each kernel's formulas follow its CPU counterpart in
 // runtime/cpu/*Kernels.cpp.

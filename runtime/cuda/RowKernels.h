@@ -55,6 +55,16 @@ AMPC_HD int rowLanes(int64_t len) {
   return len <= kBlockRowLength ? kWarp : kRowBlock;
 }
 
+/// Before a loop over a chunk's elements, which is written with the constant
+/// bound kRowChunk as well as n: nvcc then unrolls it fully and keeps the
+/// chunk's values in registers (a loop bounded by n alone leaves its arrays
+/// in local memory).
+#ifdef __CUDA_ARCH__
+#define AMPC_UNROLL _Pragma("unroll")
+#else
+#define AMPC_UNROLL
+#endif
+
 /// A pass's partial result: up to three running values (a sum, a running
 /// maximum and its rescaled sum, ...), as each kernel defines them.
 struct RowAcc {
@@ -82,7 +92,8 @@ AMPC_HD void loadChunk(uint8_t type, const void *p, int64_t off, int n, float *v
     return;
   }
 #endif
-  for (int k = 0; k < n; ++k)
+  AMPC_UNROLL
+  for (int k = 0; k < kRowChunk && k < n; ++k)
     v[k] = loadAsFloat(type, p, off + k);
 }
 
@@ -105,7 +116,8 @@ AMPC_HD void storeChunk(uint8_t type, void *p, int64_t off, int n, const float *
     return;
   }
 #endif
-  for (int k = 0; k < n; ++k)
+  AMPC_UNROLL
+  for (int k = 0; k < kRowChunk && k < n; ++k)
     storeFromFloat(type, p, off + k, v[k]);
 }
 

@@ -96,7 +96,8 @@ struct LossArgs {
                                       RowAcc acc, const RowAcc *) {
     float v[kRowChunk];
     loadChunk(a.xType, a.x, row * a.C + j0, n, v);
-    for (int k = 0; k < n; ++k)
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k)
       acc = softmaxAdd(acc, v[k]);
     return acc;
   }
@@ -114,7 +115,8 @@ struct LossArgs {
         return;
       loadChunk(a.xType, a.x, row * a.C + j0, n, v);
       float lse = rowLse(totals);
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         v[k] -= lse;
       storeChunk(a.logProbType, a.logProb, row * a.C + j0, n, v);
       return;
@@ -123,7 +125,8 @@ struct LossArgs {
     float coef = a.gradCoef(row, t);
     if (a.softmax)
       loadChunk(a.xType, a.x, row * a.C + j0, n, v);
-    for (int k = 0; k < n; ++k)
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k)
       v[k] = a.gradOf(coef, j0 + k, t, v[k]);
     storeChunk(a.dxType, a.dx, row * a.C + j0, n, v);
   }

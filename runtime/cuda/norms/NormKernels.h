@@ -59,7 +59,8 @@ struct LayerNormArgs {
     loadChunk(a.xType, a.x, row * a.inner + j0, n, x);
     if (a.phase == 0) {
       float mu = pass == 0 ? 0.0f : a.rowMean(totals);
-      for (int k = 0; k < n; ++k) {
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k) {
         float d = x[k] - mu;
         acc.a += pass == 0 ? x[k] : d * d;
       }
@@ -69,7 +70,8 @@ struct LayerNormArgs {
     loadChunk(a.dyType, a.dy, row * a.inner + j0, n, g);
     float mu = loadAsFloat(a.meanInType, a.meanIn, row);
     float inv = loadAsFloat(a.invInType, a.invIn, row);
-    for (int k = 0; k < n; ++k) {
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k) {
       float gs = g[k] * a.scale.at(j0 + k);
       acc.a += gs;
       acc.b += gs * ((x[k] - mu) * inv);
@@ -89,7 +91,8 @@ struct LayerNormArgs {
     loadChunk(a.xType, a.x, off, n, x);
     if (a.phase == 0) {
       float mu = a.rowMean(totals), inv = a.rowInv(totals);
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         r[k] = (x[k] - mu) * inv * a.scale.at(j0 + k) + (a.bias.p ? a.bias.at(j0 + k) : 0.0f);
       storeChunk(a.yType, a.y, off, n, r);
       return;
@@ -100,7 +103,8 @@ struct LayerNormArgs {
     float inv = loadAsFloat(a.invInType, a.invIn, row);
     float invN = 1.0f / static_cast<float>(a.inner);
     float mg = totals[0].a * invN, mgx = totals[0].b * invN;
-    for (int k = 0; k < n; ++k)
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k)
       r[k] = inv * (g[k] * a.scale.at(j0 + k) - mg - ((x[k] - mu) * inv) * mgx);
     storeChunk(a.yType, a.y, off, n, r);
   }

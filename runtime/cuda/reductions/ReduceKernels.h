@@ -48,7 +48,8 @@ struct ReduceArgs {
     float x[kRowChunk];
     loadChunk(a.srcType, a.src, row * a.count + j0, n, x);
     float shift = a.shift ? shiftOf(a, row) : 0.0f;
-    for (int k = 0; k < n; ++k)
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k)
       acc.a = combine(a.op, acc.a, x[k] - shift);
     return acc;
   }

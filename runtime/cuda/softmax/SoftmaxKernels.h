@@ -40,17 +40,20 @@ struct SoftmaxArgs {
     float x[kRowChunk], y[kRowChunk];
     loadChunk(a.xType, a.x, row * a.len + j0, n, x);
     if (a.forward()) {
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         acc = softmaxAdd(acc, x[k]);
       return acc;
     }
     if (a.op == SoftOp::LogSoftmaxGrad) {
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         acc.a += x[k];
       return acc;
     }
     loadChunk(a.yType, a.y, row * a.len + j0, n, y);
-    for (int k = 0; k < n; ++k)
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k)
       acc.a += x[k] * y[k];
     return acc;
   }
@@ -70,20 +73,23 @@ struct SoftmaxArgs {
     switch (a.op) {
     case SoftOp::Softmax: {
       float inv = 1.0f / s;
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         r[k] = std::exp(x[k] - mx) * inv;
       break;
     }
     case SoftOp::LogSoftmax: {
       float lse = std::log(s);
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         r[k] = (x[k] - mx) - lse;
       break;
     }
     default: {
       float sum = totals[0].a;
       loadChunk(a.yType, a.y, off, n, y);
-      for (int k = 0; k < n; ++k)
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k)
         r[k] = a.op == SoftOp::LogSoftmaxGrad ? x[k] - std::exp(y[k]) * sum : y[k] * (x[k] - sum);
       break;
     }

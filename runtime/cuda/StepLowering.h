@@ -58,7 +58,9 @@ inline int64_t normalizeAxis(int64_t axis, int64_t rank) {
   return axis >= 0 && axis < rank ? axis : -1;
 }
 
-inline bool isFloat(uint8_t t) { return t == FusedElem::F32 || t == FusedElem::F16 || t == FusedElem::BF16; }
+inline bool isFloat(uint8_t t) {
+  return t == FusedElem::F32 || t == FusedElem::F16 || t == FusedElem::BF16;
+}
 
 inline const char *typeName(uint8_t t) {
   static const char *names[] = {"float", "float16", "bfloat16", "double", "int64",

@@ -926,6 +926,44 @@ TEST(CudaRowKernels, CrossEntropyOverLongRows) {
   }
 }
 
+TEST(CudaRowKernels, BatchNormStatisticsPerChannel) {
+  Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(0.5, 2);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+  // Channels of 2 x 25 (a warp; samples' segments not chunk-aligned), 8 x 256
+  // (a warp) and 16 x 576 elements (a block).
+  for (const char *shape : {"[2,3,5,5]", "[8,4,16,16]", "[16,2,24,24]"}) {
+    std::string xs = shape, c = std::string(1, xs[xs.find(',') + 1]);
+    std::string cs = "[" + c + "]";
+    compareOp(std::string("BatchNormalization") + shape,
+              header() + "g (T" + xs + " x, T" + cs + " s, T" + cs + " b, T" + cs + " m, T" + cs +
+                  " v) => (T" + xs + " y, T" + cs + " rm, T" + cs + R"( rv) {
+      y, rm, rv = BatchNormalization <training_mode = 1> (x, s, b, m, v)
+    })",
+              {{"v", positive}}, 1e-4);
+    compareOp(std::string("BatchNormalizationGrad") + shape,
+              header(true) + "g (T" + xs + " dy, T" + xs + " x, T" + cs + " s) => (T" + xs +
+                  " dx, T" + cs + " ds, T" + cs + R"( db) {
+      dx, ds, db = ampc.BatchNormalizationGrad <epsilon = 0.001> (dy, x, s)
+    })",
+              {}, 1e-4);
+  }
+  // One launch for the statistics, one per channel for the gradient's sums.
+  auto ks = kernelLaunches(header(true) + R"(g (float[8,4,16,16] dy, float[8,4,16,16] x, float[4] s) => (float[8,4,16,16] dx, float[4] ds, float[4] db) {
+      dx, ds, db = ampc.BatchNormalizationGrad (dy, x, s)
+    })");
+  ASSERT_EQ(ks.size(), 3u);
+  const int lanes[] = {32, 32, 0};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), lanes[k]) << k;
+    EXPECT_EQ(ks[k].threads, k < 2 ? 4 : 8 * 4 * 256) << k;
+  }
+}
+
 TEST(CudaEmulation, PoolingAndConvolution) {
   compareOp("MaxPool", header() + R"(g (T[2,3,8,8] x) => (T[2,3,4,4] y, int64[2,3,4,4] i) {
       y, i = MaxPool <kernel_shape = [2,2], strides = [2,2]> (x)

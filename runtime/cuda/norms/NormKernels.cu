@@ -1,7 +1,8 @@
-//===- norms/NormKernels.cu - LayerNorm row kernels ------------------------===//
+//===- norms/NormKernels.cu - LayerNorm and BatchNorm row kernels ---------===//
 //
-// LayerNormalization's forward and dX, a warp or a block per row
-// (LayerNormArgs, RowLaunch.cuh).
+// LayerNormalization's forward and dX, a warp or a block per row, and
+// BatchNormalization's statistics, a warp or a block per channel
+// (LayerNormArgs, BatchNormArgs, RowLaunch.cuh).
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,5 +11,6 @@
 namespace ampc::rt::cuda {
 
 AMPC_ROW_LAUNCH(LayerNormArgs)
+AMPC_ROW_LAUNCH(BatchNormArgs)
 
 } // namespace ampc::rt::cuda

@@ -189,7 +189,9 @@ struct BatchNormArgs {
     Apply,       ///< element: y
     SumGrad,     ///< (c, chunk): partial sums of dy and dy * xhat
     CombineGrad, ///< c: dScale, dBias, mg, mgx
-    ApplyGrad    ///< element: dx
+    ApplyGrad,   ///< element: dx
+    Stats,       ///< row launch per channel: SumX to Variance in one launch
+    GradStats    ///< row launch per channel: SumGrad and CombineGrad
   };
   const void *x = nullptr, *dy = nullptr, *scale = nullptr, *bias = nullptr,
              *runMean = nullptr, *runVar = nullptr;
@@ -214,6 +216,81 @@ struct BatchNormArgs {
   AMPC_HD int64_t offset(int64_t c, int64_t j) const {
     int64_t n = j / pix;
     return (n * C + c) * pix + (j - n * pix);
+  }
+
+  /// Channel c's inv (and, when training, the statistics outputs) from its
+  /// mean and biased variance, as the CPU kernel computes them.
+  AMPC_HD void storeStatistics(int64_t c, float m, float v) const {
+    float inv = 1.0f / std::sqrt(v + eps);
+    invs()[c] = inv;
+    if (!training)
+      return;
+    if (outMean)
+      storeFromFloat(outMeanType, outMean, c,
+                     loadAsFloat(runMeanType, runMean, c) * momentum + m * (1 - momentum));
+    if (outVar)
+      storeFromFloat(outVarType, outVar, c,
+                     loadAsFloat(runVarType, runVar, c) * momentum + v * (1 - momentum));
+    if (savedMean)
+      storeFromFloat(savedMeanType, savedMean, c, m);
+    if (savedInv)
+      storeFromFloat(savedInvType, savedInv, c, inv);
+  }
+  /// dScale, dBias and the dX terms of channel c from its sums.
+  AMPC_HD void storeGradSums(int64_t c, float sumDy, float sumDyXhat) const {
+    float count = static_cast<float>(N * pix);
+    if (dScale)
+      storeFromFloat(dScaleType, dScale, c, sumDyXhat);
+    if (dBias)
+      storeFromFloat(dBiasType, dBias, c, sumDy);
+    float sc = loadAsFloat(scaleType, scale, c);
+    mg()[c] = sc * sumDy / count;
+    mgx()[c] = sc * sumDyXhat / count;
+  }
+
+  // Row launches (RowKernels.h), a channel's N * pix elements as its row
+  // (loaded one by one: they are contiguous only within a sample): Stats
+  // reduces the sum, then the squared deviations; GradStats sum(dY) and
+  // sum(dY * x̂).
+  int lanes = 0;
+  AMPC_HD int64_t rowLength() const { return N * pix; }
+  static AMPC_HD int rowPasses(const BatchNormArgs &a) { return a.phase == Stats ? 2 : 1; }
+  static AMPC_HD RowAcc rowInit(const BatchNormArgs &, int) { return RowAcc(); }
+  static AMPC_HD RowAcc rowAccumulate(const BatchNormArgs &a, int64_t c, int pass, int64_t j0,
+                                      int n, RowAcc acc, const RowAcc *totals) {
+    const float count = static_cast<float>(a.N * a.pix);
+    const float m = a.phase == Stats ? (pass == 0 ? 0.0f : totals[0].a / count) : a.mu()[c];
+    const float inv = a.phase == GradStats ? a.invs()[c] : 0.0f;
+    AMPC_UNROLL
+    for (int k = 0; k < kRowChunk && k < n; ++k) {
+      int64_t off = a.offset(c, j0 + k);
+      float xv = loadAsFloat(a.xType, a.x, off);
+      if (a.phase == Stats) {
+        float d = xv - m;
+        acc.a += pass == 0 ? xv : d * d;
+        continue;
+      }
+      float g = loadAsFloat(a.dyType, a.dy, off);
+      acc.a += g;
+      acc.b += g * ((xv - m) * inv);
+    }
+    return acc;
+  }
+  static AMPC_HD RowAcc rowCombine(const BatchNormArgs &, int, RowAcc p, RowAcc q) {
+    p.a += q.a;
+    p.b += q.b;
+    return p;
+  }
+  static AMPC_HD void rowFinish(const BatchNormArgs &, int64_t, int64_t, int, const RowAcc *) {}
+  static AMPC_HD void rowDone(const BatchNormArgs &a, int64_t c, const RowAcc *totals) {
+    const float count = static_cast<float>(a.N * a.pix);
+    if (a.phase == GradStats) {
+      a.storeGradSums(c, totals[0].a, totals[0].b);
+      return;
+    }
+    float m = totals[0].a / count;
+    a.mu()[c] = m;
+    a.storeStatistics(c, m, totals[1].a / count);
   }
 
   static AMPC_HD void run(const BatchNormArgs &a, int64_t i) {
@@ -266,21 +343,7 @@ struct BatchNormArgs {
         v = loadAsFloat(a.runVarType, a.runVar, i);
         a.mu()[i] = mu;
       }
-      float inv = 1.0f / std::sqrt(v + a.eps);
-      a.invs()[i] = inv;
-      if (!a.training)
-        return;
-      if (a.outMean)
-        storeFromFloat(a.outMeanType, a.outMean, i,
-                       loadAsFloat(a.runMeanType, a.runMean, i) * a.momentum +
-                           mu * (1 - a.momentum));
-      if (a.outVar)
-        storeFromFloat(a.outVarType, a.outVar, i,
-                       loadAsFloat(a.runVarType, a.runVar, i) * a.momentum + v * (1 - a.momentum));
-      if (a.savedMean)
-        storeFromFloat(a.savedMeanType, a.savedMean, i, mu);
-      if (a.savedInv)
-        storeFromFloat(a.savedInvType, a.savedInv, i, inv);
+      a.storeStatistics(i, mu, v);
       return;
     }
     case Apply: {
@@ -296,15 +359,12 @@ struct BatchNormArgs {
         sumDy += a.partA()[i * a.chunks + k];
         sumDyXhat += a.partB()[i * a.chunks + k];
       }
-      if (a.dScale)
-        storeFromFloat(a.dScaleType, a.dScale, i, sumDyXhat);
-      if (a.dBias)
-        storeFromFloat(a.dBiasType, a.dBias, i, sumDy);
-      float sc = loadAsFloat(a.scaleType, a.scale, i);
-      a.mg()[i] = sc * sumDy / count;
-      a.mgx()[i] = sc * sumDyXhat / count;
+      a.storeGradSums(i, sumDy, sumDyXhat);
       return;
     }
+    case Stats:
+    case GradStats:
+      return; // row launches only (rowDone)
     case ApplyGrad: {
       int64_t c = (i / a.pix) % a.C;
       float inv = a.invs()[c], sc = loadAsFloat(a.scaleType, a.scale, c);

@@ -236,19 +236,35 @@ bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
     b.phase = ph;
     kernel(KernelKind::BatchNorm, b, threads);
   };
-  if (b.training) {
-    phase(BatchNormArgs::SumX, b.C * b.chunks);
-    phase(BatchNormArgs::Mean, b.C);
-    phase(BatchNormArgs::SumSqDiff, b.C * b.chunks);
+  // A channel's statistics by a warp or a block (one launch), or, for
+  // channels of few elements, in chunks with a thread per channel combining.
+  const int lanes = rowLanes(count);
+  auto rows = [&](BatchNormArgs::Phase ph) {
+    b.lanes = lanes;
+    phase(ph, b.C);
+    b.lanes = 0;
+  };
+  if (b.training && lanes) {
+    rows(BatchNormArgs::Stats);
+  } else {
+    if (b.training) {
+      phase(BatchNormArgs::SumX, b.C * b.chunks);
+      phase(BatchNormArgs::Mean, b.C);
+      phase(BatchNormArgs::SumSqDiff, b.C * b.chunks);
+    }
+    phase(BatchNormArgs::Variance, b.C);
   }
-  phase(BatchNormArgs::Variance, b.C);
   if (!grad) {
     if (y.present())
       phase(BatchNormArgs::Apply, x.numel);
     return true;
   }
-  phase(BatchNormArgs::SumGrad, b.C * b.chunks);
-  phase(BatchNormArgs::CombineGrad, b.C);
+  if (lanes) {
+    rows(BatchNormArgs::GradStats);
+  } else {
+    phase(BatchNormArgs::SumGrad, b.C * b.chunks);
+    phase(BatchNormArgs::CombineGrad, b.C);
+  }
   if (y.present())
     phase(BatchNormArgs::ApplyGrad, x.numel);
   return true;

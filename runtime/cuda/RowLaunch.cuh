@@ -61,7 +61,9 @@ __global__ void __launch_bounds__(kRowBlock) rowKernel(const __grid_constant__ A
     const int64_t row = first + group;
     const bool live = row < rows;
     RowAcc totals[kMaxRowPasses];
-    for (int pass = 0; pass < A::rowPasses(a); ++pass) {
+    // Bounded by a constant and unrolled, so that `totals` stays in registers.
+#pragma unroll
+    for (int pass = 0; pass < kMaxRowPasses && pass < A::rowPasses(a); ++pass) {
       RowAcc v = A::rowInit(a, pass);
       if (live)
         for (int64_t j0 = int64_t(t) * kRowChunk; j0 < len; j0 += step) {

@@ -261,16 +261,19 @@ struct BatchNormArgs {
     const float count = static_cast<float>(a.N * a.pix);
     const float m = a.phase == Stats ? (pass == 0 ? 0.0f : totals[0].a / count) : a.mu()[c];
     const float inv = a.phase == GradStats ? a.invs()[c] : 0.0f;
+    if (a.phase == Stats) {
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k) {
+        float xv = loadAsFloat(a.xType, a.x, a.offset(c, j0 + k));
+        float d = xv - m;
+        acc.a += pass == 0 ? xv : d * d;
+      }
+      return acc;
+    }
     AMPC_UNROLL
     for (int k = 0; k < kRowChunk && k < n; ++k) {
       int64_t off = a.offset(c, j0 + k);
-      float xv = loadAsFloat(a.xType, a.x, off);
-      if (a.phase == Stats) {
-        float d = xv - m;
-        acc.a += pass == 0 ? xv : d * d;
-        continue;
-      }
-      float g = loadAsFloat(a.dyType, a.dy, off);
+      float xv = loadAsFloat(a.xType, a.x, off), g = loadAsFloat(a.dyType, a.dy, off);
       acc.a += g;
       acc.b += g * ((xv - m) * inv);
     }

@@ -2,10 +2,12 @@
 //
 // Kernels are DeviceKernels.h bodies called for every thread index in order
 // (threads of a launch never depend on each other, so any order is what the
-// GPU may do); GEMMs are reference loops with cuBLAS's column-major
-// semantics and fp32 accumulation. The backend lays memory out as the CUDA
-// backend does and runs the same launch lists, so tests exercise everything
-// the CUDA backend decides, except the CUDA API calls themselves.
+// GPU may do); row launches run each row lane by lane in the order the GPU's
+// warp shuffles combine them (runRowOnHost, RowKernels.h); GEMMs are
+// reference loops with cuBLAS's column-major semantics and fp32
+// accumulation. The backend lays memory out as the CUDA backend does and runs
+// the same launch lists, so tests exercise everything the CUDA backend
+// decides, except the CUDA API calls themselves.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +49,14 @@ void emulateGemm(const GemmCall &g) {
 
 template <typename A> void loop(const Launch &l) {
   const A &a = l.as<A>();
+  if constexpr (kIsRowKernel<A>) {
+    // A row launch: each row lane by lane, in the GPU's order.
+    if (a.lanes) {
+      for (int64_t row = 0; row < l.threads; ++row)
+        runRowOnHost(a, row);
+      return;
+    }
+  }
   for (int64_t i = 0; i < l.threads; ++i)
     A::run(a, i);
 }

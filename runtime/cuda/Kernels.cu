@@ -1,7 +1,8 @@
 //===- Kernels.cu - The CUDA backend's kernels -----------------------------===//
 //
 // One grid-stride __global__ function per Args type of DeviceKernels.h; each
-// thread calls Args::run for its indices. Arguments are passed by value as
+// thread calls Args::run for its indices. Row launches (RowKernels.h) go to
+// the row kernels their family's .cu instantiates. Arguments are passed by value as
 // __grid_constant__ parameters, so threads read them from the parameter
 // space without copying them.
 //
@@ -24,6 +25,11 @@ __global__ void __launch_bounds__(kBlock) gridKernel(const __grid_constant__ A a
 }
 
 template <typename A> cudaError_t launch(const void *args, int64_t n, cudaStream_t stream) {
+  if constexpr (kIsRowKernel<A>) {
+    const A &a = *static_cast<const A *>(args);
+    if (a.lanes)
+      return launchRows<A>(a, n, stream);
+  }
   int64_t blocks = (n + kBlock - 1) / kBlock;
   if (blocks > kMaxBlocks)
     blocks = kMaxBlocks;

@@ -128,4 +128,8 @@ std::unique_ptr<Backend> createCudaEmulatorBackend();
 /// profiles.
 std::string describeLaunch(const Launch &l);
 
+/// Threads per row of a row launch (RowKernels.h; its `threads` then counts
+/// rows), or 0.
+int rowLanesOf(const Launch &l);
+
 } // namespace ampc::rt::cuda

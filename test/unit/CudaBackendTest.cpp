@@ -660,6 +660,310 @@ TEST(CudaEmulation, SoftmaxAndNormalization) {
     })", {{"t", intsIn(0, 4)}});
 }
 
+//===----------------------------------------------------------------------===//
+// Row kernels (RowKernels.h): a warp or a block per row, emulated lane by lane
+//===----------------------------------------------------------------------===//
+
+/// Row lengths that exercise each shape of row launch: a warp with a short
+/// last chunk (40), a warp with several chunks per lane (1000), a block of
+/// 256 threads with a short last chunk (5003).
+const int64_t kRowLengths[] = {40, 1000, 5003};
+
+std::string rows(int64_t r, int64_t len) {
+  return "[" + std::to_string(r) + "," + std::to_string(len) + "]";
+}
+
+/// The kernel launches of program 0 of a model's plan, lowered against
+/// placeholder addresses.
+std::vector<rcuda::Launch> kernelLaunches(const std::string &model) {
+  auto g = importModelText(model, "rows");
+  EXPECT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  if (!g)
+    return {};
+  auto p = lowerToPlan(**g, {});
+  EXPECT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  if (!p)
+    return {};
+  static uint8_t fake[64];
+  rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake};
+  std::vector<rcuda::Launch> launches, kernels;
+  size_t ws = 0;
+  std::string error;
+  EXPECT_TRUE(rcuda::lowerProgram(*p, 0, mem, launches, ws, error)) << error;
+  for (const rcuda::Launch &l : launches)
+    if (l.kind == rcuda::Launch::Kernel)
+      kernels.push_back(l);
+  return kernels;
+}
+
+/// Values of a large magnitude, far from zero: exp overflows fp32 unless the
+/// row's maximum is subtracted, and the online maximum changes often.
+Generator largeNegative(double scale, double offset) {
+  return [=](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = offset + scale * u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+}
+
+TEST(CudaRowKernels, LaunchShapes) {
+  struct Case {
+    int64_t len;
+    int lanes;
+  } cases[] = {{5, 0}, {31, 0}, {32, 32}, {1000, 32}, {4096, 32}, {4097, 256}};
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.len);
+    auto ks = kernelLaunches(header() + "g (float" + rows(3, c.len) + " a) => (float" +
+                             rows(3, c.len) + " y) { y = Softmax(a) }");
+    ASSERT_EQ(ks.size(), 1u);
+    EXPECT_EQ(ks[0].kernel, rcuda::KernelKind::Softmax);
+    EXPECT_EQ(ks[0].as<rcuda::SoftmaxArgs>().lanes, c.lanes);
+    EXPECT_EQ(ks[0].threads, 3); // a row (or a column) each
+    EXPECT_EQ(rcuda::rowLanesOf(ks[0]), c.lanes);
+    EXPECT_EQ(rcuda::describeLaunch(ks[0]),
+              c.lanes ? "Softmax kernel, 3 rows x " + std::to_string(c.lanes) + " threads"
+                      : std::string("Softmax kernel, 3 threads"));
+  }
+  // Not the last axis: a thread per column, whose loads are coalesced
+  // across threads already.
+  auto ks = kernelLaunches(header() + "g (float[3,100,40] a) => (float[3,100,40] y) { y = Softmax <axis = 1> (a) }");
+  ASSERT_EQ(ks.size(), 1u);
+  EXPECT_EQ(ks[0].as<rcuda::SoftmaxArgs>().lanes, 0);
+  EXPECT_EQ(ks[0].threads, 120);
+  // LayerNorm's forward and dX by rows, dScale and dBias a thread per column.
+  ks = kernelLaunches(header(true) + R"(g (float[6,1000] dy, float[6,1000] x, float[1000] s, float[6,1] m, float[6,1] r) => (float[6,1000] y, float[6,1000] dx, float[1000] ds) {
+      y = LayerNormalization <axis = -1> (x, s)
+      dx, ds = ampc.LayerNormalizationGrad <axis = -1> (dy, x, s, m, r)
+    })");
+  ASSERT_EQ(ks.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(ks[k].kernel, rcuda::KernelKind::LayerNorm);
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), k < 2 ? 32 : 0) << k;
+    EXPECT_EQ(ks[k].threads, k < 2 ? 6 : 1000) << k;
+  }
+}
+
+TEST(CudaRowKernels, SoftmaxOnlineOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len);
+    compareOp("Softmax" + shape, header() + "g (T" + shape + " a) => (T" + shape +
+                                     " y) { y = Softmax(a) }");
+    compareOp("LogSoftmax" + shape, header() + "g (T" + shape + " a) => (T" + shape +
+                                        " y) { y = LogSoftmax(a) }");
+    // Around -1000 with a spread of 60: exp(x) underflows to 0 everywhere,
+    // exp(x - max) does not, and fp16 represents every input.
+    compareOp("Softmax-large" + shape,
+              header() + "g (T" + shape + " a) => (T" + shape + " y, T" + shape +
+                  " z) { y = Softmax(a)\n z = LogSoftmax(a) }",
+              {{"a", largeNegative(30, -1000)}}, 1e-4);
+  }
+}
+
+TEST(CudaRowKernels, SoftmaxMaskedRows) {
+  // Row 0 starts with 300 -inf (a masked attention row: the online maximum
+  // is -inf for a while), row 1 is -inf but for one element, row 2 is all
+  // -inf (NaN, as the two-pass reference gives), row 3 holds +inf.
+  Generator masked = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    const double inf = std::numeric_limits<double>::infinity();
+    int64_t len = t.shape.back();
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = 4 * u(rng);
+    for (int64_t j = 0; j < 300; ++j)
+      v[j] = -inf;
+    for (int64_t j = 0; j < len; ++j)
+      v[len + j] = j == 517 ? 2.0 : -inf;
+    for (int64_t j = 0; j < len; ++j)
+      v[2 * len + j] = -inf;
+    v[3 * len + 9] = inf;
+    return Tensor::fromDoubles(t, v);
+  };
+  for (int64_t len : {1000, 5003}) {
+    std::string shape = rows(4, len);
+    compareOp("Softmax-masked" + shape,
+              header() + "g (T" + shape + " a) => (T" + shape + " y, T" + shape +
+                  " z) { y = Softmax(a)\n z = LogSoftmax(a) }",
+              {{"a", masked}});
+  }
+}
+
+TEST(CudaRowKernels, SoftmaxGradientsOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len);
+    // Y fed rather than computed, so that a one-ulp difference in the
+    // forward does not add to the gradient's.
+    compareOp("SoftmaxGrad" + shape, header(true) + "g (T" + shape + " dy, T" + shape +
+                                         " y) => (T" + shape + " dx, T" + shape + R"( dl) {
+      dx = ampc.SoftmaxGrad <axis = -1> (dy, y)
+      dl = ampc.LogSoftmaxGrad <axis = -1> (dy, y)
+    })");
+  }
+}
+
+TEST(CudaRowKernels, LayerNormOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len), param = "[" + std::to_string(len) + "]";
+    compareOp("LayerNormalization" + shape,
+              header() + "g (T" + shape + " x, T" + param + " s, T" + param + " b) => (T" +
+                  shape + R"( y, float[3,1] m, float[3,1] r) {
+      y, m, r = LayerNormalization <axis = -1, stash_type = 1> (x, s, b)
+    })");
+    // Far from zero: the two passes keep the variance accurate.
+    compareOp("LayerNormalization-offset" + shape,
+              header() + "g (T" + shape + " x, T" + param + " s) => (T" + shape + R"( y) {
+      y = LayerNormalization <axis = -1> (x, s)
+    })",
+              {{"x", largeNegative(4, 300)}}, 1e-4);
+    // The statistics fed, so that the gradient is checked on its own.
+    Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
+      std::uniform_real_distribution<double> u(0.5, 2);
+      std::vector<double> v(t.numElements());
+      for (double &x : v)
+        x = u(rng);
+      return Tensor::fromDoubles(t, v);
+    };
+    compareOp("LayerNormalizationGrad" + shape,
+              header(true) + "g (T" + shape + " dy, T" + shape + " x, T" + param +
+                  " s, T[3,1] m, T[3,1] r) => (T" + shape + " dx, T" + param + " ds, T" +
+                  param + R"( db) {
+      dx, ds, db = ampc.LayerNormalizationGrad <axis = -1> (dy, x, s, m, r)
+    })",
+              {{"r", positive}});
+  }
+}
+
+TEST(CudaRowKernels, ReductionsOverTrailingAxes) {
+  // (ReduceSum takes its axes as an operand since opset 13.)
+  const char *ops[] = {"ReduceMean", "ReduceSumSquare", "ReduceL1",
+                       "ReduceL2",   "ReduceMax",       "ReduceMin"};
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(3, len);
+    compareOp("ReduceSum" + shape, header() + "g (T" + shape +
+                                       " a) => (T[3,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }",
+              {}, 1e-4);
+    for (const char *op : ops)
+      compareOp(op + shape, header() + "g (T" + shape + " a) => (T[3,1] y) { y = " + op +
+                                "<axes = [1]> (a) }",
+                {}, 1e-4);
+    compareOp("ReduceLogSumExp" + shape,
+              header() + "g (T" + shape + " a) => (T[3] y) { y = ReduceLogSumExp <axes = [-1], keepdims = 0> (a) }",
+              {{"a", largeNegative(30, -1000)}}, 1e-4);
+  }
+  // Two trailing axes reduced together: one row of 10 x 100 per result.
+  compareOp("ReduceMean-trailing2", header() + R"(g (T[2,10,100] a) => (T[2] y) {
+      y = ReduceMean <axes = [1, 2], keepdims = 0> (a)
+    })");
+  // Fully masked and infinite rows: -inf and +inf, as on the CPU.
+  Generator infinities = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(-1, 1);
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    for (int64_t j = 0; j < 1000; ++j)
+      v[j] = -inf;   // row 0
+    v[1000 + 77] = inf; // row 1
+    return Tensor::fromDoubles(t, v);
+  };
+  compareOp("ReduceLogSumExp-infinite-rows", header() + R"(g (T[3,1000] a) => (T[3] y, T[3] m) {
+      y = ReduceLogSumExp <axes = [1], keepdims = 0> (a)
+      m = ReduceMax <axes = [1], keepdims = 0> (a)
+    })", {{"a", infinities}}, 1e-4);
+  // Launches: trailing axes by rows, a middle axis a thread per result, a
+  // few very long rows in chunks.
+  auto lanes = [](const std::string &model) {
+    auto ks = kernelLaunches(header() + model);
+    return ks.empty() ? -1 : rcuda::rowLanesOf(ks[0]);
+  };
+  EXPECT_EQ(lanes("g (float[8,1000] a) => (float[8,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 32);
+  EXPECT_EQ(lanes("g (float[8,9000] a) => (float[8,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 256);
+  EXPECT_EQ(lanes("g (float[1000,8] a) => (float[1,8] y) <int64[1] ax = {0}> { y = ReduceSum(a, ax) }"), 0);
+  EXPECT_EQ(lanes("g (float[2,100000] a) => (float[2,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 0);
+}
+
+TEST(CudaRowKernels, CrossEntropyOverLongRows) {
+  for (int64_t len : kRowLengths) {
+    std::string shape = rows(6, len), c = std::to_string(len);
+    Generator targets = intsIn(0, len - 1);
+    for (const char *r : {"mean", "sum"})
+      compareOp(std::string("SoftmaxCrossEntropyLoss-") + r + shape,
+                header() + "g (T" + shape + " x, int64[6] t) => (T l, T" + shape + R"( lp) {
+      l, lp = SoftmaxCrossEntropyLoss <reduction = ")" + r + R"("> (x, t)
+    })",
+                {{"t", targets}, {"x", largeNegative(30, -1000)}}, 1e-4);
+    // Weights, an ignored class, no reduction; targets drawn from the first
+    // classes so that some samples hit the ignored one.
+    compareOp("SoftmaxCrossEntropyLoss-weighted" + shape,
+              header() + "g (T" + shape + " x, int64[6] t, T[" + c + R"(] w) => (T[6] l) {
+      l = SoftmaxCrossEntropyLoss <reduction = "none", ignore_index = 2> (x, t, w)
+    })",
+              {{"t", intsIn(0, 3)}});
+    compareOp("SoftmaxCrossEntropyLossGrad" + shape,
+              header(true) + "g (T dl, T" + shape + " lp, int64[6] t) => (T" + shape + R"( dx) {
+      dx = ampc.SoftmaxCrossEntropyLossGrad <reduction = "mean"> (dl, lp, t)
+    })",
+              {{"t", targets}});
+    compareOp("NegativeLogLikelihoodLossGrad" + shape,
+              header(true) + "g (T[6] dl, int64[6] t, T[" + c + "] w) => (T" + shape + R"( dx) {
+      dx = ampc.NegativeLogLikelihoodLossGrad <reduction = "none", shape = [6, )" + c + R"(]> (dl, t, w)
+    })",
+              {{"t", targets}});
+  }
+  auto ks = kernelLaunches(header(true) + R"(g (float[6,1000] x, int64[6] t, float dl) => (float l, float[6,1000] dx) {
+      l, lp = SoftmaxCrossEntropyLoss (x, t)
+      dx = ampc.SoftmaxCrossEntropyLossGrad (dl, lp, t)
+    })");
+  // Per sample by rows, the reduction and the gradient's scale one thread,
+  // dX by rows.
+  ASSERT_EQ(ks.size(), 4u);
+  const int lanes[] = {32, 0, 0, 32};
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(ks[k].kernel, rcuda::KernelKind::Loss);
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), lanes[k]) << k;
+  }
+}
+
+TEST(CudaRowKernels, BatchNormStatisticsPerChannel) {
+  Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(0.5, 2);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+  // Channels of 2 x 25 (a warp; samples' segments not chunk-aligned), 8 x 256
+  // (a warp) and 16 x 576 elements (a block).
+  for (const char *shape : {"[2,3,5,5]", "[8,4,16,16]", "[16,2,24,24]"}) {
+    std::string xs = shape, c = std::string(1, xs[xs.find(',') + 1]);
+    std::string cs = "[" + c + "]";
+    compareOp(std::string("BatchNormalization") + shape,
+              header() + "g (T" + xs + " x, T" + cs + " s, T" + cs + " b, T" + cs + " m, T" + cs +
+                  " v) => (T" + xs + " y, T" + cs + " rm, T" + cs + R"( rv) {
+      y, rm, rv = BatchNormalization <training_mode = 1> (x, s, b, m, v)
+    })",
+              {{"v", positive}}, 1e-4);
+    compareOp(std::string("BatchNormalizationGrad") + shape,
+              header(true) + "g (T" + xs + " dy, T" + xs + " x, T" + cs + " s) => (T" + xs +
+                  " dx, T" + cs + " ds, T" + cs + R"( db) {
+      dx, ds, db = ampc.BatchNormalizationGrad <epsilon = 0.001> (dy, x, s)
+    })",
+              {}, 1e-4);
+  }
+  // One launch for the statistics, one per channel for the gradient's sums.
+  auto ks = kernelLaunches(header(true) + R"(g (float[8,4,16,16] dy, float[8,4,16,16] x, float[4] s) => (float[8,4,16,16] dx, float[4] ds, float[4] db) {
+      dx, ds, db = ampc.BatchNormalizationGrad (dy, x, s)
+    })");
+  ASSERT_EQ(ks.size(), 3u);
+  const int lanes[] = {32, 32, 0};
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), lanes[k]) << k;
+    EXPECT_EQ(ks[k].threads, k < 2 ? 4 : 8 * 4 * 256) << k;
+  }
+}
+
 TEST(CudaEmulation, PoolingAndConvolution) {
   compareOp("MaxPool", header() + R"(g (T[2,3,8,8] x) => (T[2,3,4,4] y, int64[2,3,4,4] i) {
       y, i = MaxPool <kernel_shape = [2,2], strides = [2,2]> (x)

@@ -1,0 +1,57 @@
+//===- KernelCommon.h - Shared helpers of the CUDA kernels ------*- C++ -*-===//
+//
+// What every family of DeviceKernels.h shares: element conversions, strided
+// offsets, raw element copies.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "ampc/rt/FusedEval.h"
+#include "ampc/rt/OptimizerMath.h"
+
+#include <cstdint>
+
+namespace ampc::rt::cuda {
+
+using fused::FusedElem;
+using fused::loadAsFloat;
+using fused::storeFromFloat;
+
+inline constexpr int kMaxRank = 8;
+
+/// Offset of linear index i of a row-major iteration space `shape` in a
+/// tensor with `strides` (elements).
+AMPC_HD int64_t stridedOffset(int rank, const int64_t *shape, const int64_t *strides, int64_t i) {
+  int64_t off = 0;
+  for (int d = rank - 1; d >= 0; --d) {
+    int64_t q = i / shape[d];
+    off += (i - q * shape[d]) * strides[d];
+    i = q;
+  }
+  return off;
+}
+
+AMPC_HD float infinityF() { return math::bitsFloat(0x7F800000u); }
+AMPC_HD float nanF() { return math::bitsFloat(0x7FC00000u); }
+
+/// Copies element `src` of x to element `dst` of y (raw bytes of any
+/// element type), or writes zeros when the source index fell outside.
+AMPC_HD void copyElement(int elemBytes, const void *x, int64_t src, void *y, int64_t dst,
+                         bool inside) {
+  switch (elemBytes) {
+  case 1:
+    static_cast<uint8_t *>(y)[dst] = inside ? static_cast<const uint8_t *>(x)[src] : 0;
+    return;
+  case 2:
+    static_cast<uint16_t *>(y)[dst] = inside ? static_cast<const uint16_t *>(x)[src] : 0;
+    return;
+  case 4:
+    static_cast<uint32_t *>(y)[dst] = inside ? static_cast<const uint32_t *>(x)[src] : 0;
+    return;
+  default:
+    static_cast<uint64_t *>(y)[dst] = inside ? static_cast<const uint64_t *>(x)[src] : 0;
+    return;
+  }
+}
+
+} // namespace ampc::rt::cuda

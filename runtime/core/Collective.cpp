@@ -45,6 +45,13 @@ bool launchedAsRanks(int &size) {
   return size > 1;
 }
 
+#ifndef AMPC_HAVE_NCCL
+std::unique_ptr<Collective> createDeviceCollective(Collective &, std::string &error) {
+  error = "data parallel CUDA plans need NCCL, and this amp-run was built without it";
+  return nullptr;
+}
+#endif
+
 std::unique_ptr<Collective> createCollective(double timeoutSeconds, std::string &error) {
   int size = 0;
   if (!launchedAsRanks(size))

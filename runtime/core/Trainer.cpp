@@ -294,14 +294,17 @@ int runTraining(const TrainOptions &given, std::ostream &out, std::ostream &err)
     opts.dumpParams.clear();
     opts.exportOnnx.clear();
   }
-  if (parallel && opts.backend == "cuda")
-    return fail("data parallel training runs on the CPU backend for now (the CUDA backend "
-                "has no ampc.AllReduce lowering yet): use --backend=cpu");
-
   // Backend.
   std::unique_ptr<Backend> backend;
-  if (!parallel && (opts.backend == "cuda" || opts.backend == "auto")) {
+  std::unique_ptr<Collective> gpuRanks; // NCCL, for data-parallel CUDA plans
+  if (opts.backend == "cuda" || opts.backend == "auto") {
     if (cudaAvailable(why)) {
+      if (parallel) {
+        gpuRanks = createDeviceCollective(*ranks, error);
+        if (!gpuRanks)
+          return fail(error);
+        opts.cuda.collective = gpuRanks.get();
+      }
       backend = createCudaBackend(opts.cuda, error);
       if (!backend)
         return fail(error);
@@ -333,7 +336,8 @@ int runTraining(const TrainOptions &given, std::ostream &out, std::ostream &err)
     return fail(opts.planPath + ": the plan does not average gradients across ranks: compile it "
                 "with amp-opt --train --data-parallel");
   if (parallel && lead && !opts.quiet)
-    out << "data parallel: " << ranks->size() << " ranks (" << ranks->kind() << ")\n";
+    out << "data parallel: " << ranks->size() << " ranks ("
+        << (gpuRanks ? gpuRanks->kind() : ranks->kind()) << ")\n";
   for (const std::string &dir : {opts.dumpParams, opts.dumpGrads})
     if (!dir.empty() && !session->dumpFileNamesDistinct(dir, error))
       return fail(error);

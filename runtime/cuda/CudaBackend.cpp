@@ -18,6 +18,7 @@
 #include "Lowering.h"
 
 #include "ampc/rt/Backend.h"
+#include "ampc/rt/Collective.h"
 #include "ampc/rt/PlanFile.h"
 
 #include <cublas_v2.h>
@@ -467,6 +468,16 @@ private:
       if (!check(cudaMemcpyAsync(l.dst, l.src, l.bytes, cudaMemcpyDeviceToDevice, compute_),
                  where(program, l) + ": cudaMemcpyAsync", error))
         return false;
+      break;
+    case Launch::AllReduce:
+      // One process: the average is the bucket. Ranks: NCCL on this stream
+      // (captured in the step's CUDA graph like any other launch).
+      if (opts_.collective && opts_.collective->size() > 1 &&
+          !opts_.collective->allReduceMeanOnStream(static_cast<float *>(l.dst), l.bytes / 4,
+                                                    compute_, error)) {
+        error = where(program, l) + ": " + error;
+        return false;
+      }
       break;
     }
     // AMPC_CUDA_SYNC=1: wait after every launch, so that a failing kernel

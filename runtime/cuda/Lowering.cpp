@@ -194,6 +194,7 @@ const std::map<std::string, LowerFn> &table() {
     simple("ampc.ConvGrad", &StepLowering::lowerConvGrad);
     simple("ampc.AllFinite", &StepLowering::lowerAllFinite);
     simple("ampc.AdamW", &StepLowering::lowerAdamW);
+    simple("ampc.AllReduce", &StepLowering::lowerAllReduce);
     simple("Dropout", &StepLowering::lowerDropout);
     simple("ampc.DropoutGrad", &StepLowering::lowerDropoutGrad);
     const std::pair<const char *, ReduceOp> reductions[] = {
@@ -307,6 +308,8 @@ std::string describeLaunch(const Launch &l) {
     return "memset " + std::to_string(l.bytes) + " bytes";
   case Launch::Memcpy:
     return "memcpy " + std::to_string(l.bytes) + " bytes";
+  case Launch::AllReduce:
+    return "all-reduce " + std::to_string(l.bytes / 4) + " floats";
   case Launch::Kernel:
     break;
   }

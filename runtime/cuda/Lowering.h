@@ -56,7 +56,9 @@ inline constexpr size_t kMaxArgBytes = [] {
 static_assert(kMaxArgBytes <= 4000, "kernel arguments must fit CUDA's 4 KiB parameter space");
 
 struct Launch {
-  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy };
+  /// AllReduce: the fp32 bucket at `dst` (`bytes` long) averaged across
+  /// the data-parallel ranks (NCCL), in place; nothing in one process.
+  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce };
   Kind kind = Kernel;
   KernelKind kernel = KernelKind::Fused;
   int64_t threads = 0; ///< Kernel: thread indices [0, threads)

@@ -249,6 +249,14 @@ private:
     l.step = index_;
     out_.push_back(l);
   }
+  void allReduce(float *bucket, size_t count) {
+    Launch l;
+    l.kind = Launch::AllReduce;
+    l.dst = bucket;
+    l.bytes = count * sizeof(float);
+    l.step = index_;
+    out_.push_back(l);
+  }
   void memcpy(void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src)
       return;
@@ -310,6 +318,7 @@ public:
   bool lowerConv(std::string &error);
   bool lowerConvGrad(std::string &error);
   bool lowerAllFinite(std::string &error);
+  bool lowerAllReduce(std::string &error);
   bool lowerAdamW(std::string &error);
   bool lowerDropout(std::string &error);
   bool lowerDropoutGrad(std::string &error);

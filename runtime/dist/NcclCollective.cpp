@@ -107,6 +107,13 @@ public:
            cudaOk(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", error);
   }
 
+  bool allReduceMeanOnStream(float *data, size_t count, void *stream,
+                             std::string &error) override {
+    return ncclOk(api().allReduce(data, data, count, ncclFloat, ncclAvg, comm_,
+                                  static_cast<cudaStream_t>(stream)),
+                  "ncclAllReduce", error);
+  }
+
   bool broadcast(void *data, size_t bytes, int root, std::string &error) override {
     return boot_.broadcast(data, bytes, root, error);
   }
@@ -139,6 +146,24 @@ private:
 bool loadNccl(std::string &why) {
   why = api().error;
   return why.empty();
+}
+
+/// The node-local rank the launchers export (Open MPI, Slurm, MPICH), or 0.
+static int localRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"})
+    if (const char *v = std::getenv(name); v && *v)
+      return std::atoi(v);
+  return 0;
+}
+
+std::unique_ptr<Collective> createDeviceCollective(Collective &bootstrap, std::string &error) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
+    error = "no CUDA device for rank " + std::to_string(bootstrap.rank());
+    return nullptr;
+  }
+  // One rank per GPU of the node: the local rank picks it.
+  return createNcclCollective(bootstrap, localRank() % devices, error);
 }
 
 std::unique_ptr<Collective> createNcclCollective(Collective &bootstrap, int device,

@@ -994,6 +994,7 @@ struct StepCase {
   const char *precision; // fp32, fp16, bf16
   const char *optimizer;
   int accumulate;
+  bool dataParallel = false; // ampc.AllReduce buckets (one rank: copies)
 };
 
 std::string pipeline(const StepCase &c) {
@@ -1006,6 +1007,8 @@ std::string pipeline(const StepCase &c) {
   p += "autodiff,";
   if (c.accumulate > 1)
     p += "accumulate{steps=" + std::to_string(c.accumulate) + "},";
+  if (c.dataParallel) // small buckets: several AllReduce launches a step
+    p += "data-parallel{bucket-mb=0.004},";
   // fp16: dynamic scaling from 1024, so that no step of the three overflows
   // (a skipped step would leave nothing to compare).
   p += std::string("loss-scale{mode=") +
@@ -1166,10 +1169,11 @@ void compareTraining(const BackendFactory &make, const char *what) {
                             {"transformer", "fp16", "adamw", 1}, {"transformer", "bf16", "adamw", 1},
                             {"gpt", "fp32", "adamw", 1},        {"gpt", "fp16", "adamw", 1},
                             {"decoder", "fp32", "adamw", 1},    {"decoder", "fp16", "sgd", 1},
-                            {"cnn", "bf16conv", "adamw", 1},    {"decoder", "bf16conv", "sgd", 1}};
+                            {"cnn", "bf16conv", "adamw", 1},    {"decoder", "bf16conv", "sgd", 1},
+                            {"mlp", "fp16", "adamw", 1, true},  {"transformer", "bf16", "adamw", 2, true}};
   for (const StepCase &c : cases) {
     SCOPED_TRACE(std::string(what) + ": " + c.fixture + " " + c.precision + " " + c.optimizer +
-                 (c.accumulate > 1 ? " accumulate" : ""));
+                 (c.accumulate > 1 ? " accumulate" : "") + (c.dataParallel ? " data-parallel" : ""));
     plan::Plan p;
     if (!compilePlan(c, p))
       continue;

@@ -53,6 +53,9 @@ struct CudaOptions {
   double memoryFraction = 0.9;
   uint64_t memoryLimit = 0; ///< bytes; 0 = no limit beyond the fraction
   std::string profilePath;  ///< Chrome trace of one step when not empty
+  /// The GPU ranks' collective (NCCL) for ampc.AllReduce; nullptr in one
+  /// process. Owned by the caller, who keeps it alive.
+  Collective *collective = nullptr;
 };
 /// True when the runtime was built with CUDA and a device is present; `why`
 /// says what is missing otherwise.

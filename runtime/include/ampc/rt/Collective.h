@@ -42,6 +42,14 @@ public:
     done.set_value(allReduceMean(data, count, error) ? std::string() : error);
     return done.get_future().share();
   }
+  /// `data` in DEVICE memory averaged on the CUDA stream `stream` (a
+  /// cudaStream_t), enqueued, not waited for: what the CUDA backend's
+  /// AllReduce launches call. Only GPU collectives (NCCL) have it.
+  virtual bool allReduceMeanOnStream(float *data, size_t count, void *stream,
+                                     std::string &error) {
+    error = "the " + kind() + " collective cannot average device memory";
+    return false;
+  }
   /// Rank `root`'s bytes to every rank.
   virtual bool broadcast(void *data, size_t bytes, int root, std::string &error) = 0;
   virtual bool barrier(std::string &error) = 0;
@@ -53,6 +61,11 @@ public:
 /// srun (and built with MPI), else one process. nullptr and `error` when a
 /// launch under MPI cannot be joined. `timeoutSeconds` bounds every call.
 std::unique_ptr<Collective> createCollective(double timeoutSeconds, std::string &error);
+
+/// The GPU ranks' collective over `bootstrap`'s ranks (NCCL; its id travels
+/// over `bootstrap`), on the process's local rank's GPU; nullptr and `error`
+/// when this build has no NCCL or it cannot start. `bootstrap` must outlive it.
+std::unique_ptr<Collective> createDeviceCollective(Collective &bootstrap, std::string &error);
 
 /// Whether the environment says this process is one of several MPI ranks
 /// (Open MPI's, PMI's or PMIx's variables), whatever this build supports.

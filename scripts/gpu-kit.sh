@@ -63,7 +63,9 @@ cp -r /usr/include/google "$src/deps/include/"
 cp /usr/include/onnx/*.h "$src/deps/include/onnx/"
 cp /usr/include/zlib.h /usr/include/zconf.h "$src/deps/include/"
 for lib in libprotobuf.so.32 libprotoc.so.32 libonnx_proto.so.1 libz.so.1; do
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ {print $NF; exit}')
+  # awk reads all of ldconfig's output: exiting early would kill ldconfig with
+  # SIGPIPE, which pipefail turns into a failure.
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && /x86-64/ && !p {p = $NF} END {print p}')
   [[ -n $path ]] || { echo "gpu-kit: $lib not found" >&2; exit 1; }
   cp -L "$path" "$src/deps/lib/$lib"
   ln -s "$lib" "$src/deps/lib/${lib%%.so*}.so"

@@ -51,6 +51,9 @@ unpack() { $py -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys
 unpack "$kit/binaries.tar.xz" "$res" || { echo "run.sh: cannot unpack binaries.tar.xz"; exit 1; }
 unpack "$kit/src.tar.xz" "$res" || { echo "run.sh: cannot unpack src.tar.xz"; exit 1; }
 amprun=$res/bin/amp-run
+# The binaries' RPATH finds lib/; a library with a RUNPATH of its own (Open MPI's
+# libmpi) looks for its dependencies only there and in LD_LIBRARY_PATH.
+export LD_LIBRARY_PATH=$res/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 missing=$(ldd "$res/bin/amp-run" "$res/bin/ampc-unittests" 2>&1 | grep "not found" | sort -u)
 if [[ -n $missing ]]; then
   fail "libraries not found: $(echo "$missing" | awk '{print $1}' | tr '\n' ' ')"

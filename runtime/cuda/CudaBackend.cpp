@@ -149,6 +149,14 @@ public:
       if (s.free)
         cudaEventDestroy(s.free);
     }
+    for (auto &[side, ev] : buckets_) {
+      cudaEventDestroy(ev.first);
+      cudaEventDestroy(ev.second);
+    }
+    for (void *side : sides_)
+      cudaFree(side);
+    if (comm_)
+      cudaStreamDestroy(comm_);
     if (pinned_)
       cudaFreeHost(pinned_);
     if (cublas_)
@@ -162,10 +170,15 @@ public:
   std::string name() const override { return name_; }
 
   bool init(std::string &error) {
-    if (!check(cudaSetDevice(0), "cudaSetDevice", error))
+    // A data-parallel rank's GPU was chosen when its NCCL communicator was
+    // made (the node-local rank's); one process uses device 0.
+    int device = 0;
+    if (opts_.collective && cudaGetDevice(&device) != cudaSuccess)
+      device = 0;
+    if (!check(cudaSetDevice(device), "cudaSetDevice", error))
       return false;
     cudaDeviceProp prop;
-    if (!check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties", error))
+    if (!check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", error))
       return false;
     name_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
@@ -197,15 +210,19 @@ public:
       stagingBytes += (bytes + 255) / 256 * 256;
 
     // Size the workspace by lowering against placeholder addresses.
-    size_t wsBytes = 0;
+    size_t wsBytes = 0, bucketBytes = 0; // buckets: ampc.AllReduce's own buffers
     {
       uint8_t *fake = reinterpret_cast<uint8_t *>(uintptr_t(1) << 40);
       cuda::DeviceMemory mem{[&](int id) { return layout_.address(plan_, id, fake, fake, fake); },
                              fake};
       std::vector<Launch> scratch;
-      for (int i = 0; i < plan_.programs_size(); ++i)
+      for (int i = 0; i < plan_.programs_size(); ++i) {
         if (!cuda::lowerProgram(plan_, i, mem, scratch, wsBytes, error))
           return false;
+        for (const Launch &l : scratch)
+          if (l.kind == Launch::AllReduce)
+            bucketBytes += (l.bytes + 255) / 256 * 256;
+      }
     }
 
     // Refuse what does not fit the share of the device we may use.
@@ -213,11 +230,12 @@ public:
     if (!check(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo", error))
       return false;
     uint64_t needed = layout_.arenaBytes + layout_.stateBytes + layout_.constantBytes + wsBytes +
-                      stagingBytes + kCublasWorkspace;
+                      bucketBytes + stagingBytes + kCublasWorkspace;
     std::string breakdown = "arena " + std::to_string(layout_.arenaBytes) + ", state " +
                             std::to_string(layout_.stateBytes) + ", constants " +
                             std::to_string(layout_.constantBytes) + ", workspace " +
-                            std::to_string(wsBytes + kCublasWorkspace) + ", input staging " +
+                            std::to_string(wsBytes + bucketBytes + kCublasWorkspace) +
+                            ", input staging " +
                             std::to_string(stagingBytes);
     if (!cuda::checkDeviceMemory(needed, breakdown, totalBytes, opts_.memoryFraction,
                                  opts_.memoryLimit, error))
@@ -299,6 +317,8 @@ public:
       for (const Launch &l : programs_[i])
         if (!checkGemmLimits(l, i, error))
           return false;
+      if (!prepareBuckets(programs_[i], error))
+        return false;
       for (const plan::Binding &b : plan_.programs(i).inputs())
         programInputs_[i].push_back(stagedIndex_.at(b.tensor()));
     }
@@ -470,11 +490,13 @@ private:
         return false;
       break;
     case Launch::AllReduce:
-      // One process: the average is the bucket. Ranks: NCCL on this stream
-      // (captured in the step's CUDA graph like any other launch).
-      if (opts_.collective && opts_.collective->size() > 1 &&
-          !opts_.collective->allReduceMeanOnStream(static_cast<float *>(l.dst), l.bytes / 4,
-                                                    compute_, error)) {
+      if (!startAllReduce(l, error)) {
+        error = where(program, l) + ": " + error;
+        return false;
+      }
+      break;
+    case Launch::AllReduceWait:
+      if (!finishAllReduce(l, error)) {
         error = where(program, l) + ": " + error;
         return false;
       }
@@ -485,6 +507,69 @@ private:
     if (debugSync_)
       return check(cudaStreamSynchronize(compute_), where(program, l), error);
     return true;
+  }
+
+  bool ranks() const { return opts_.collective && opts_.collective->size() > 1; }
+
+  /// Every AllReduce bucket gets its own device buffer and, with several
+  /// ranks, the events that fork the communication stream from the compute
+  /// stream and join it back.
+  bool prepareBuckets(std::vector<Launch> &launches, std::string &error) {
+    bool ok = cuda::assignAllReduceBuffers(launches, [&](size_t bytes) -> void * {
+      void *p = nullptr;
+      if (cudaMalloc(&p, bytes) != cudaSuccess)
+        return nullptr;
+      sides_.push_back(p);
+      return p;
+    });
+    if (!ok) {
+      error = "cannot allocate the all-reduce buckets";
+      return false;
+    }
+    if (!ranks())
+      return true;
+    if (!comm_ && !check(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking),
+                         "cudaStreamCreate", error))
+      return false;
+    for (const Launch &l : launches) {
+      if (l.kind != Launch::AllReduce)
+        continue;
+      std::pair<cudaEvent_t, cudaEvent_t> ev{nullptr, nullptr};
+      if (!check(cudaEventCreateWithFlags(&ev.first, cudaEventDisableTiming), "cudaEventCreate",
+                 error) ||
+          !check(cudaEventCreateWithFlags(&ev.second, cudaEventDisableTiming),
+                 "cudaEventCreate", error))
+        return false;
+      buckets_[l.side] = ev;
+    }
+    return true;
+  }
+
+  /// The packed bucket to its own buffer; with several ranks, NCCL's average
+  /// there on the communication stream, after the compute stream's work so far.
+  bool startAllReduce(const Launch &l, std::string &error) {
+    if (!check(cudaMemcpyAsync(l.side, l.dst, l.bytes, cudaMemcpyDeviceToDevice, compute_),
+               "cudaMemcpyAsync", error))
+      return false;
+    if (!ranks())
+      return true;
+    auto &[forked, done] = buckets_.at(l.side);
+    return check(cudaEventRecord(forked, compute_), "cudaEventRecord", error) &&
+           check(cudaStreamWaitEvent(comm_, forked, 0), "cudaStreamWaitEvent", error) &&
+           opts_.collective->allReduceMeanOnStream(static_cast<float *>(l.side), l.bytes / 4,
+                                                   comm_, error) &&
+           check(cudaEventRecord(done, comm_), "cudaEventRecord", error);
+  }
+
+  /// The compute stream waits for the bucket, then copies the averages back
+  /// to the workspace for unpacking.
+  bool finishAllReduce(const Launch &l, std::string &error) {
+    if (ranks() &&
+        !check(cudaStreamWaitEvent(compute_, buckets_.at(l.side).second, 0),
+               "cudaStreamWaitEvent", error))
+      return false;
+    return check(cudaMemcpyAsync(l.dst, l.side, l.bytes, cudaMemcpyDeviceToDevice, compute_),
+                 "cudaMemcpyAsync", error);
   }
 
   bool enqueue(int program, std::string &error) {
@@ -576,7 +661,9 @@ private:
   CudaOptions opts_;
   std::string name_ = "cuda";
   bool debugSync_ = false, profiled_ = false;
-  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cudaStream_t compute_ = nullptr, copy_ = nullptr, comm_ = nullptr;
+  std::vector<void *> sides_;                                          // AllReduce buckets
+  std::map<void *, std::pair<cudaEvent_t, cudaEvent_t>> buckets_;      // fork, join
   cublasHandle_t cublas_ = nullptr;
   plan::Plan plan_;
   cuda::MemoryLayout layout_;

@@ -16,6 +16,7 @@
 #include "ampc/rt/PlanFile.h"
 
 #include <cstdlib>
+#include <deque>
 #include <cstring>
 
 namespace ampc::rt::cuda {
@@ -71,7 +72,11 @@ void emulateLaunch(const Launch &l) {
   case Launch::Memcpy:
     std::memmove(l.dst, l.src, l.bytes);
     return;
-  case Launch::AllReduce: // one rank: the average is the bucket
+  case Launch::AllReduce: // one rank: the average is the bucket, kept aside
+    std::memcpy(l.side, l.dst, l.bytes);
+    return;
+  case Launch::AllReduceWait:
+    std::memcpy(l.dst, l.side, l.bytes);
     return;
   case Launch::Gemm:
     emulateGemm(l.gemm);
@@ -144,6 +149,11 @@ public:
     for (int i = 0; i < plan_.programs_size(); ++i)
       if (!lowerProgram(plan_, i, mem, programs_[i], wsBytes, error))
         return false;
+    for (std::vector<Launch> &launches : programs_)
+      assignAllReduceBuffers(launches, [this](size_t bytes) {
+        sides_.emplace_back(bytes);
+        return static_cast<void *>(sides_.back().data());
+      });
     return true;
   }
 
@@ -186,6 +196,7 @@ private:
   MemoryLayout layout_;
   Block arena_, state_, constants_, workspace_;
   std::vector<std::vector<Launch>> programs_;
+  std::deque<std::vector<uint8_t>> sides_; // AllReduce buckets' own buffers
 };
 
 } // namespace

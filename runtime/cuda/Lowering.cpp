@@ -260,6 +260,94 @@ std::vector<std::string> cudaKernelOps() {
   return ops;
 }
 
+namespace {
+
+int baseTensor(const plan::Plan &p, int id) {
+  while (id >= 0 && p.tensors(id).has_view_of())
+    id = p.tensors(id).view_of();
+  return id;
+}
+
+/// The first step after `s` that reads one of step s's outputs (through any
+/// view), or the number of steps.
+int firstReader(const plan::Program &prog, const plan::Plan &p, int s) {
+  std::set<int> produced;
+  for (int id : prog.steps(s).outputs())
+    produced.insert(baseTensor(p, id));
+  for (int t = s + 1; t < prog.steps_size(); ++t)
+    for (int id : prog.steps(t).inputs())
+      if (id >= 0 && produced.count(baseTensor(p, id)))
+        return t;
+  return prog.steps_size();
+}
+
+/// Moves each AllReduceWait, with the unpacking copies that follow it, to
+/// just before the first launch of the first step that reads an average:
+/// the buckets travel while the steps in between run.
+void deferAllReduceWaits(const plan::Program &prog, const plan::Plan &p,
+                         std::vector<Launch> &launches) {
+  struct Group {
+    size_t begin, end;
+    int reader;
+  };
+  std::vector<Group> groups;
+  int buckets = 0;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (launches[i].kind == Launch::AllReduce)
+      launches[i].bucket = buckets;
+    if (launches[i].kind != Launch::AllReduceWait)
+      continue;
+    launches[i].bucket = buckets++;
+    size_t end = i + 1;
+    while (end < launches.size() && launches[end].kind == Launch::Memcpy &&
+           launches[end].step == launches[i].step)
+      ++end;
+    groups.push_back({i, end, firstReader(prog, p, launches[i].step)});
+    i = end - 1;
+  }
+  if (groups.empty())
+    return;
+  std::vector<Launch> ordered;
+  ordered.reserve(launches.size());
+  std::vector<bool> emitted(groups.size(), false);
+  auto emitDue = [&](int step) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      if (!emitted[g] && groups[g].reader <= step) {
+        emitted[g] = true;
+        ordered.insert(ordered.end(), launches.begin() + groups[g].begin,
+                       launches.begin() + groups[g].end);
+      }
+  };
+  size_t g = 0;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    if (g < groups.size() && i == groups[g].begin) {
+      i = groups[g++].end - 1;
+      continue;
+    }
+    emitDue(launches[i].step);
+    ordered.push_back(launches[i]);
+  }
+  emitDue(prog.steps_size());
+  launches = std::move(ordered);
+}
+
+} // namespace
+
+bool assignAllReduceBuffers(std::vector<Launch> &launches,
+                            const std::function<void *(size_t)> &alloc) {
+  std::map<int, void *> side;
+  for (Launch &l : launches)
+    if (l.kind == Launch::AllReduce) {
+      if (!(l.side = alloc(l.bytes)))
+        return false;
+      side[l.bucket] = l.side;
+    }
+  for (Launch &l : launches)
+    if (l.kind == Launch::AllReduceWait)
+      l.side = side[l.bucket];
+  return true;
+}
+
 bool lowerProgram(const plan::Plan &p, int index, const DeviceMemory &mem,
                   std::vector<Launch> &out, size_t &workspaceBytes, std::string &error) {
   if (index < 0 || index >= p.programs_size()) {
@@ -279,6 +367,7 @@ bool lowerProgram(const plan::Plan &p, int index, const DeviceMemory &mem,
     }
     workspaceBytes = std::max(workspaceBytes, lowering.workspaceUsed());
   }
+  deferAllReduceWaits(prog, p, out);
   // State updates that the planner could not make in place.
   for (const plan::StateUpdate &u : prog.updates()) {
     void *dst = mem.tensor(u.state()), *src = mem.tensor(u.updated());
@@ -309,7 +398,9 @@ std::string describeLaunch(const Launch &l) {
   case Launch::Memcpy:
     return "memcpy " + std::to_string(l.bytes) + " bytes";
   case Launch::AllReduce:
-    return "all-reduce " + std::to_string(l.bytes / 4) + " floats";
+    return "all-reduce " + std::to_string(l.bytes / 4) + " floats (start)";
+  case Launch::AllReduceWait:
+    return "all-reduce " + std::to_string(l.bytes / 4) + " floats (wait)";
   case Launch::Kernel:
     break;
   }

@@ -56,9 +56,13 @@ inline constexpr size_t kMaxArgBytes = [] {
 static_assert(kMaxArgBytes <= 4000, "kernel arguments must fit CUDA's 4 KiB parameter space");
 
 struct Launch {
-  /// AllReduce: the fp32 bucket at `dst` (`bytes` long) averaged across
-  /// the data-parallel ranks (NCCL), in place; nothing in one process.
-  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce };
+  /// AllReduce: the fp32 bucket packed at `dst` (`bytes` long, in the
+  /// step's workspace) is copied to its own buffer `side` and averaged there
+  /// across the data-parallel ranks (NCCL on a communication stream);
+  /// AllReduceWait, moved to just before the first step that reads an
+  /// average, waits for it and copies `side` back to `dst`, whence the
+  /// averages are unpacked. Between the two the backward pass goes on.
+  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce, AllReduceWait };
   Kind kind = Kernel;
   KernelKind kernel = KernelKind::Fused;
   int64_t threads = 0; ///< Kernel: thread indices [0, threads)
@@ -68,6 +72,8 @@ struct Launch {
   const void *src = nullptr;
   size_t bytes = 0;
   int step = -1; ///< the step it belongs to (-1: state updates at the end)
+  void *side = nullptr; ///< AllReduce(Wait): the bucket's own buffer (set by the backend)
+  int bucket = -1;      ///< AllReduce(Wait): the pair's number within the program
 
   template <typename A> static Launch kernelOf(KernelKind k, const A &a, int64_t threads) {
     static_assert(std::is_trivially_copyable_v<A> && sizeof(A) <= kMaxArgBytes);
@@ -101,6 +107,11 @@ struct MemoryLayout {
   void *address(const plan::Plan &p, int id, uint8_t *arena, uint8_t *state,
                 uint8_t *constants) const;
 };
+
+/// Gives every AllReduce / AllReduceWait pair of `launches` its own buffer
+/// of the bucket's size, from `alloc` (nullptr: out of memory, false).
+bool assignAllReduceBuffers(std::vector<Launch> &launches,
+                            const std::function<void *(size_t)> &alloc);
 
 /// Lowers program `index` of `p` into launches. `workspaceBytes` is raised
 /// to what the program's steps need (lower once with any workspace address to

@@ -249,9 +249,9 @@ private:
     l.step = index_;
     out_.push_back(l);
   }
-  void allReduce(float *bucket, size_t count) {
+  void allReduce(Launch::Kind kind, float *bucket, size_t count) {
     Launch l;
-    l.kind = Launch::AllReduce;
+    l.kind = kind;
     l.dst = bucket;
     l.bytes = count * sizeof(float);
     l.step = index_;

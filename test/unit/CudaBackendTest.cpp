@@ -1249,6 +1249,48 @@ TEST(CudaEmulation, LowersEveryFixturePlan) {
     }
 }
 
+/// A data-parallel plan's buckets start right after their last gradient and
+/// are waited for only just before the first step that reads an average, so
+/// other steps' launches run in between (the overlap), and no reader runs
+/// before its wait.
+TEST(CudaEmulation, AllReduceWaitsWhereTheAveragesAreRead) {
+  plan::Plan p;
+  ASSERT_TRUE(compilePlan({"transformer", "fp32", "adamw", 1, true}, p));
+  static uint8_t fake[64];
+  rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake};
+  std::vector<rcuda::Launch> ls;
+  size_t ws = 0;
+  std::string error;
+  ASSERT_TRUE(rcuda::lowerProgram(p, 0, mem, ls, ws, error)) << error;
+  const plan::Program &prog = p.programs(0);
+  int buckets = 0, overlapped = 0;
+  for (size_t i = 0; i < ls.size(); ++i) {
+    if (ls[i].kind != rcuda::Launch::AllReduce)
+      continue;
+    ++buckets;
+    size_t wait = i + 1;
+    while (wait < ls.size() && !(ls[wait].kind == rcuda::Launch::AllReduceWait &&
+                                 ls[wait].bucket == ls[i].bucket))
+      ++wait;
+    ASSERT_LT(wait, ls.size()) << "bucket " << ls[i].bucket << " is never waited for";
+    bool other = false;
+    for (size_t k = i + 1; k < wait; ++k)
+      other = other || ls[k].step != ls[i].step;
+    overlapped += other;
+    // No launch before the wait belongs to a step reading the bucket's averages.
+    const plan::Step &ar = prog.steps(ls[i].step);
+    for (size_t k = i + 1; k < wait; ++k) {
+      if (ls[k].step < 0)
+        continue;
+      for (int in : prog.steps(ls[k].step).inputs())
+        for (int out : ar.outputs())
+          EXPECT_NE(in, out) << "step " << ls[k].step << " reads an average before its wait";
+    }
+  }
+  EXPECT_GT(buckets, 2);
+  EXPECT_GT(overlapped, 0) << "no bucket travels while other steps run";
+}
+
 //===----------------------------------------------------------------------===//
 // On a GPU
 //===----------------------------------------------------------------------===//

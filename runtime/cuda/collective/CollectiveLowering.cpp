@@ -2,9 +2,13 @@
 //
 // Lowers ampc.AllReduce (passes/DataParallel.cpp, docs/distributed.md): the
 // bucket's fp32 gradients are copied into one contiguous block of the step's
-// workspace, an AllReduce launch averages the block across the ranks (the
-// backend calls NCCL on its stream, so a CUDA graph captures it too; the
-// emulator and a one-rank run do nothing), and the averages are copied out.
+// workspace; an AllReduce launch copies the block to the bucket's own buffer
+// and starts averaging it across the ranks (NCCL on the backend's
+// communication stream; nothing more in one process or the emulator); an
+// AllReduceWait launch, which lowerProgram moves to just before the first
+// step reading an average, joins the streams and copies the averages back
+// into the workspace, and the copies after it unpack them. A CUDA graph
+// captures the fork and the join like any other launches.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,7 +42,10 @@ bool StepLowering::lowerAllReduce(std::string &error) {
     memcpy(slot(at), x.p, static_cast<size_t>(x.numel) * sizeof(float));
     at += x.numel;
   }
-  allReduce(bucket, static_cast<size_t>(total));
+  allReduce(Launch::AllReduce, bucket, static_cast<size_t>(total));
+  // lowerProgram moves the wait and the unpacking copies after it to just
+  // before the first step that reads an average.
+  allReduce(Launch::AllReduceWait, bucket, static_cast<size_t>(total));
   at = 0;
   for (const Operand &y : outs_) {
     memcpy(y.p, slot(at), static_cast<size_t>(y.numel) * sizeof(float));

@@ -7,6 +7,9 @@
       the same steps were skipped (loss-scale overflow) in both; prints them
   compare_ranks.py overflow-data SRC.npz OUT.npz INDEX
       SRC's data set with sample INDEX of 'input' set to inf (its gradients overflow)
+  compare_ranks.py fixture-data INPUTS_DIR OUT.npz N
+      a data set of N samples like a fixture's input.npy / target.npy (seeded):
+      floats normal, integers in the range the fixture's own take
 """
 import json
 import os
@@ -42,8 +45,24 @@ def overflow_data(src, out, index):
     np.savez(out, **d)
 
 
+def fixture_data(inputs, out, n):
+    rng = np.random.default_rng(5)
+    d = {}
+    for name in ("input", "target"):
+        a = np.load(os.path.join(inputs, name + ".npy"))
+        shape = (n,) + a.shape[1:]
+        if np.issubdtype(a.dtype, np.integer):
+            d[name] = rng.integers(0, int(a.max()) + 1, size=shape).astype(a.dtype)
+        else:
+            d[name] = rng.normal(size=shape).astype(a.dtype)
+    np.savez(out, **d)
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
+    if what == "fixture-data":
+        fixture_data(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        sys.exit(0)
     if what == "params":
         params(sys.argv[2], sys.argv[3], float(sys.argv[4]))
     elif what == "skipped":

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <set>
 #include <mutex>
 #include <thread>
 
@@ -340,12 +339,6 @@ private:
     return a;
   }
 
-  int baseTensor(int id) const {
-    while (id >= 0 && plan_.tensors(id).has_view_of())
-      id = plan_.tensors(id).view_of();
-    return id;
-  }
-
   /// Each asynchronous step completes just before the first later step that
   /// reads one of its outputs (through any view), else at the end.
   void scheduleFinishes(const plan::Program &prog, Program &out) const {
@@ -354,17 +347,7 @@ private:
     for (size_t s = 0; s < n; ++s) {
       if (!out.kernels[s]->asynchronous())
         continue;
-      std::set<int> produced;
-      for (int id : prog.steps(static_cast<int>(s)).outputs())
-        produced.insert(baseTensor(id));
-      size_t reader = s + 1;
-      for (; reader < n; ++reader) {
-        bool reads = false;
-        for (int id : prog.steps(static_cast<int>(reader)).inputs())
-          reads = reads || (id >= 0 && produced.count(baseTensor(id)));
-        if (reads)
-          break;
-      }
+      size_t reader = static_cast<size_t>(firstReaderStep(plan_, prog, static_cast<int>(s)));
       out.finishBefore[reader].push_back(s);
     }
   }

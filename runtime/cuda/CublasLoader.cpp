@@ -16,13 +16,11 @@
 
 #include "CublasLoader.h"
 
+#include "ampc/rt/DynamicLibrary.h"
+
 #include <cublas_v2.h>
 
-#include <cstdlib>
-#include <dlfcn.h>
-#include <mutex>
 #include <string>
-#include <vector>
 
 namespace ampc::rt::cuda {
 
@@ -43,47 +41,21 @@ struct CublasApi {
   std::string error; // why it did not load; empty once loaded
 };
 
-/// Where to look, in order: the loader's own search (LD_LIBRARY_PATH, the
-/// cache), then AMPC_CUBLAS_PATH, then the usual toolkit folders.
-std::vector<std::string> candidates() {
-  std::vector<std::string> names;
-  if (const char *p = std::getenv("AMPC_CUBLAS_PATH"); p && *p)
-    names.push_back(p);
-  names.push_back("libcublas.so.13");
-  for (const char *dir : {"/usr/local/cuda/lib64/", "/usr/local/cuda/lib/",
-                          "/usr/local/cuda-13.0/lib64/"})
-    names.push_back(std::string(dir) + "libcublas.so.13");
-  return names;
-}
-
-template <typename F> bool bind(void *lib, const char *name, F &fn, std::string &error) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (fn)
-    return true;
-  error = std::string("libcublas has no ") + name;
-  return false;
-}
-
 CublasApi loadApi() {
   CublasApi api;
-  void *lib = nullptr;
   std::string tried;
-  for (const std::string &name : candidates()) {
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib)
-      break;
-    tried += (tried.empty() ? "" : ", ") + name;
-  }
+  void *lib = openFirstLibrary(cudaLibraryCandidates("AMPC_CUBLAS_PATH", "libcublas.so.13"), tried);
   if (!lib) {
     api.error = "cuBLAS not found (tried " + tried +
                 "; set LD_LIBRARY_PATH or AMPC_CUBLAS_PATH to libcublas.so.13)";
     return api;
   }
-  if (!bind(lib, "cublasCreate_v2", api.create, api.error) ||
-      !bind(lib, "cublasDestroy_v2", api.destroy, api.error) ||
-      !bind(lib, "cublasSetStream_v2", api.setStream, api.error) ||
-      !bind(lib, "cublasSetWorkspace_v2", api.setWorkspace, api.error) ||
-      !bind(lib, "cublasGemmStridedBatchedEx", api.gemmStridedBatchedEx, api.error))
+  const char *what = "libcublas";
+  if (!bindSymbol(lib, what, "cublasCreate_v2", api.create, api.error) ||
+      !bindSymbol(lib, what, "cublasDestroy_v2", api.destroy, api.error) ||
+      !bindSymbol(lib, what, "cublasSetStream_v2", api.setStream, api.error) ||
+      !bindSymbol(lib, what, "cublasSetWorkspace_v2", api.setWorkspace, api.error) ||
+      !bindSymbol(lib, what, "cublasGemmStridedBatchedEx", api.gemmStridedBatchedEx, api.error))
     return api;
   api.error.clear();
   return api;

@@ -262,25 +262,6 @@ std::vector<std::string> cudaKernelOps() {
 
 namespace {
 
-int baseTensor(const plan::Plan &p, int id) {
-  while (id >= 0 && p.tensors(id).has_view_of())
-    id = p.tensors(id).view_of();
-  return id;
-}
-
-/// The first step after `s` that reads one of step s's outputs (through any
-/// view), or the number of steps.
-int firstReader(const plan::Program &prog, const plan::Plan &p, int s) {
-  std::set<int> produced;
-  for (int id : prog.steps(s).outputs())
-    produced.insert(baseTensor(p, id));
-  for (int t = s + 1; t < prog.steps_size(); ++t)
-    for (int id : prog.steps(t).inputs())
-      if (id >= 0 && produced.count(baseTensor(p, id)))
-        return t;
-  return prog.steps_size();
-}
-
 /// Moves each AllReduceWait, with the unpacking copies that follow it, to
 /// just before the first launch of the first step that reads an average:
 /// the buckets travel while the steps in between run.
@@ -302,7 +283,7 @@ void deferAllReduceWaits(const plan::Program &prog, const plan::Plan &p,
     while (end < launches.size() && launches[end].kind == Launch::Memcpy &&
            launches[end].step == launches[i].step)
       ++end;
-    groups.push_back({i, end, firstReader(prog, p, launches[i].step)});
+    groups.push_back({i, end, firstReaderStep(p, prog, launches[i].step)});
     i = end - 1;
   }
   if (groups.empty())

@@ -9,12 +9,12 @@
 
 #include "NcclCollective.h"
 
+#include "ampc/rt/DynamicLibrary.h"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstdlib>
-#include <dlfcn.h>
-#include <vector>
 
 namespace ampc::rt {
 
@@ -29,37 +29,21 @@ struct NcclApi {
   std::string error;
 };
 
-template <typename F> bool bind(void *lib, const char *name, F &fn, std::string &error) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-  if (!fn)
-    error = std::string("libnccl has no ") + name;
-  return fn != nullptr;
-}
-
 NcclApi loadApi() {
   NcclApi api;
-  std::vector<std::string> names;
-  if (const char *p = std::getenv("AMPC_NCCL_PATH"); p && *p)
-    names.push_back(p);
-  names.push_back("libnccl.so.2");
-  names.push_back("/usr/local/cuda/lib64/libnccl.so.2");
-  void *lib = nullptr;
   std::string tried;
-  for (const std::string &name : names) {
-    if ((lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)))
-      break;
-    tried += (tried.empty() ? "" : ", ") + name;
-  }
+  void *lib = openFirstLibrary(cudaLibraryCandidates("AMPC_NCCL_PATH", "libnccl.so.2"), tried);
   if (!lib) {
     api.error = "NCCL not found (tried " + tried +
                 "; set LD_LIBRARY_PATH or AMPC_NCCL_PATH to libnccl.so.2)";
     return api;
   }
-  if (bind(lib, "ncclGetUniqueId", api.getUniqueId, api.error) &&
-      bind(lib, "ncclCommInitRank", api.commInitRank, api.error) &&
-      bind(lib, "ncclAllReduce", api.allReduce, api.error) &&
-      bind(lib, "ncclCommDestroy", api.commDestroy, api.error) &&
-      bind(lib, "ncclGetErrorString", api.errorString, api.error))
+  const char *what = "libnccl";
+  if (bindSymbol(lib, what, "ncclGetUniqueId", api.getUniqueId, api.error) &&
+      bindSymbol(lib, what, "ncclCommInitRank", api.commInitRank, api.error) &&
+      bindSymbol(lib, what, "ncclAllReduce", api.allReduce, api.error) &&
+      bindSymbol(lib, what, "ncclCommDestroy", api.commDestroy, api.error) &&
+      bindSymbol(lib, what, "ncclGetErrorString", api.errorString, api.error))
     api.error.clear();
   return api;
 }

@@ -11,6 +11,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <set>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -639,6 +640,22 @@ bool validatePlan(const plan::Plan &p, std::string &error) {
       return false;
     }
   return checkArenaLifetimes(p, error);
+}
+
+int firstReaderStep(const plan::Plan &p, const plan::Program &prog, int step) {
+  auto base = [&](int id) {
+    while (id >= 0 && p.tensors(id).has_view_of())
+      id = p.tensors(id).view_of();
+    return id;
+  };
+  std::set<int> produced;
+  for (int id : prog.steps(step).outputs())
+    produced.insert(base(id));
+  for (int t = step + 1; t < prog.steps_size(); ++t)
+    for (int id : prog.steps(t).inputs())
+      if (id >= 0 && produced.count(base(id)))
+        return t;
+  return prog.steps_size();
 }
 
 void copyPlanWithoutValues(const plan::Plan &from, plan::Plan &to) {

@@ -102,6 +102,11 @@ void copyPlanWithoutValues(const plan::Plan &from, plan::Plan &to);
 /// validatePlan no longer accepts it).
 void dropPlanValues(plan::Plan &p);
 
+/// The first step of `prog` after `step` that reads one of its outputs,
+/// through any view; the number of steps when none does. Where a backend
+/// must finish an asynchronous step (ampc.AllReduce) at the latest.
+int firstReaderStep(const plan::Plan &p, const plan::Program &prog, int step);
+
 /// Stops protobuf from printing its own "[libprotobuf ERROR ...]" lines: every
 /// parse failure is reported by ampc's one-line error, naming the file.
 void silenceProtobufLog();

@@ -63,6 +63,56 @@ def ampc_step(bin_dir, onnx_path, data, precision, threads, steps, warmup, out):
     return statistics.median(r["seconds"] for r in rows[warmup:]), plan
 
 
+# Operators that run in oneDNN's GEMM and convolution primitives.
+ONEDNN_OPS = ("MatMul", "Gemm", "Conv", "ampc.ConvGrad")
+
+
+def onednn_share(bin_dir, plan, data, threads, steps):
+    """Fraction of the step in oneDNN's GEMMs and convolutions (AMPC_CPU_PROFILE)."""
+    env = dict(os.environ, AMPC_CPU_PROFILE="1")
+    out = subprocess.run([os.path.join(bin_dir, "amp-run"), plan, "--backend=cpu", "--threads",
+                          str(threads), "--steps", str(steps), "--quiet", "--data", data],
+                         check=True, capture_output=True, text=True, env=env)
+    out = out.stdout + out.stderr
+    lines = out.split("profile of program 'step'")[1].split("by step:")[0].splitlines()
+    share = 0.0
+    for line in lines:
+        parts = line.split()
+        # "   103.681 ms  64.8%    75 x MatMul"
+        if len(parts) >= 6 and parts[1] == "ms" and parts[4] == "x" and parts[5] in ONEDNN_OPS:
+            share += float(parts[2].rstrip("%")) / 100
+    return share
+
+
+def ceiling(bin_dir, plan, threads):
+    """GEMM and convolution FLOPs, the oneDNN GEMM ceiling and the machine's peak."""
+    out = subprocess.run([os.path.join(bin_dir, "ampc-bench-gemm-ceiling"), plan, str(threads)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def print_bounds(rows):
+    """What the hardware allows: no step is faster than its GEMM and convolution
+    FLOPs at oneDNN's peak rate on this machine."""
+    print("\nGEMM and convolution work against this machine's peak (a 2048^3 oneDNN GEMM: "
+          "%.0f GFLOP/s fp32, %.0f GFLOP/s bf16):\n" %
+          (rows[0]["c"]["peak_gflops_f32"], rows[0]["c"]["peak_gflops_bf16"]))
+    print("| model | precision | GEMM + conv GFLOP | at peak ms | 0.7 x best torch ms | "
+          "ampc in oneDNN | ampc / GEMM ceiling |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        c = r["c"]
+        peak = c["peak_gflops_bf16" if r["precision"] == "bf16" else "peak_gflops_f32"]
+        gflop = c["gemm_gflop"] + c["conv_gflop"]
+        bound = gflop / peak * 1e3
+        goal = 0.7 * r["best"] * 1e3
+        ratio = "%.2f (ceiling %.1f ms)" % (r["ampc"] * 1e3 / c["gemm_ceiling_ms"],
+                                            c["gemm_ceiling_ms"]) if c["conv_steps"] == 0 else "-"
+        print("| %s | %s | %.2f | %.1f | %.1f%s | %.0f%% | %s |" %
+              (r["model"], r["precision"], gflop, bound, goal,
+               " (below the bound)" if goal < bound else "", 100 * r["share"], ratio))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -81,6 +131,7 @@ def main():
     print("| model | precision | ampc | torch eager | torch.compile | ampc / best torch |")
     print("|---|---|---|---|---|---|")
     ampc_ms = {}
+    bounds = []
     for name in args.models.split(","):
         model, batch = peer_models.build(name)
         path = os.path.join(args.out, "peer_%s.onnx" % name)
@@ -90,8 +141,8 @@ def main():
         data = path[:-5] + ".npz"
         np.savez(data, x=batch[0].numpy(), target=batch[1].numpy())
         for precision in ("fp32", "bf16"):
-            ours, _ = ampc_step(bin_dir, path, data, precision, args.threads, args.steps,
-                                args.warmup, args.out)
+            ours, plan = ampc_step(bin_dir, path, data, precision, args.threads, args.steps,
+                                   args.warmup, args.out)
             ampc_ms[(name, precision)] = ours
             eager = torch_step(model, batch, precision, False, args.steps, args.warmup)
             comp = float("nan")
@@ -104,6 +155,10 @@ def main():
             print("| %s | %s | %.1f | %.1f | %.1f | %.2f |" % (name, precision, ours * 1e3, eager * 1e3,
                                                            comp * 1e3, ours / best))
             sys.stdout.flush()
+            bounds.append({"model": name, "precision": precision, "ampc": ours, "best": best,
+                           "share": onednn_share(bin_dir, plan, data, args.threads, 6),
+                           "c": ceiling(bin_dir, plan, args.threads)})
+    print_bounds(bounds)
     print()
     for name in args.models.split(","):
         if (name, "fp32") in ampc_ms and (name, "bf16") in ampc_ms:

@@ -1,0 +1,198 @@
+//===- gemm_ceiling.cpp - What a plan's GEMMs and convolutions cost at best ===//
+//
+// Issue #12 asks how close a training step comes to what oneDNN can do on
+// the machine. For the `step` program of a plan this prints, as one JSON
+// object:
+//   - the floating-point operations of its GEMMs (MatMul, Gemm) and
+//     convolutions (Conv, and ampc.ConvGrad's dX and dW), per step;
+//   - the GEMM ceiling: every MatMul / Gemm step of the plan timed alone
+//     through a oneDNN matmul of the same shape, transposes and element
+//     type, warm (best of several runs), summed over the steps;
+//   - the machine's peak: a 2048^3 oneDNN GEMM in fp32 and in bf16, in
+//     GFLOP/s, so that FLOPs / peak bounds any step from below.
+//
+//   build/bin/ampc-bench-gemm-ceiling PLAN [THREADS]
+//
+//===----------------------------------------------------------------------===//
+
+#include "ampc/rt/MatMulShape.h"
+#include "ampc/rt/PlanFile.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+using namespace ampc;
+using dnnl::memory;
+
+namespace {
+
+dnnl::engine &engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+memory::data_type computeType(plan::ElemType t) {
+  return t == plan::BF16 ? memory::data_type::bf16 : memory::data_type::f32;
+}
+
+/// One GEMM problem: [batch] x (M x K) x (K x N), A and B possibly
+/// transposed (read through strides, as the CPU backend does).
+struct Gemm {
+  int64_t batch = 1, M = 0, K = 0, N = 0;
+  bool ta = false, tb = false;
+  memory::data_type type = memory::data_type::f32;
+  double flops() const { return 2.0 * batch * M * K * N; }
+};
+
+memory::desc operand(int64_t batch, int64_t rows, int64_t cols, bool transposed,
+                     memory::data_type t) {
+  memory::dims strides = transposed ? memory::dims{rows * cols, 1, rows}
+                                    : memory::dims{rows * cols, cols, 1};
+  return memory::desc({batch, rows, cols}, t, strides);
+}
+
+/// Best of `runs` executions of the GEMM, warm, in seconds.
+double timeGemm(const Gemm &g, int runs) {
+  memory::desc a = operand(g.batch, g.M, g.K, g.ta, g.type);
+  memory::desc b = operand(g.batch, g.K, g.N, g.tb, g.type);
+  memory::desc c({g.batch, g.M, g.N}, g.type, memory::dims{g.M * g.N, g.N, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine()); // oneDNN 2.x
+  dnnl::matmul prim(pd);
+  memory ma(a, engine()), mb(b, engine()), mc(c, engine());
+  // Inputs of moderate values (zeros would be as fast; denormals slower).
+  for (memory *m : {&ma, &mb}) {
+    size_t bytes = m->get_desc().get_size();
+    std::vector<uint8_t> fill(bytes, 0x3c);
+    std::copy(fill.begin(), fill.end(), static_cast<uint8_t *>(m->get_data_handle()));
+  }
+  dnnl::stream s(engine());
+  double best = 1e30;
+  for (int r = 0; r < runs + 1; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    s.wait();
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r > 0) // the first run pays for first touches
+      best = std::min(best, t);
+  }
+  return best;
+}
+
+int64_t attrInt(const plan::Step &s, const std::string &name, int64_t fallback) {
+  for (const plan::Attribute &a : s.attrs())
+    if (a.name() == name)
+      return a.i();
+  return fallback;
+}
+
+std::vector<int64_t> shapeOf(const plan::Plan &p, int id) {
+  const plan::Tensor &t = p.tensors(id);
+  return {t.shape().begin(), t.shape().end()};
+}
+
+int64_t product(const std::vector<int64_t> &v, size_t from = 0) {
+  int64_t n = 1;
+  for (size_t i = from; i < v.size(); ++i)
+    n *= v[i];
+  return n;
+}
+
+/// The GEMM of a MatMul or Gemm step; false for shapes it does not cover.
+bool gemmOf(const plan::Plan &p, const plan::Step &s, Gemm &g) {
+  g.ta = attrInt(s, "transA", 0) != 0;
+  g.tb = attrInt(s, "transB", 0) != 0;
+  std::vector<int64_t> a = shapeOf(p, s.inputs(0)), b = shapeOf(p, s.inputs(1));
+  if (a.size() < 2 || b.size() < 2)
+    return false;
+  if (g.ta)
+    std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (g.tb)
+    std::swap(b[b.size() - 1], b[b.size() - 2]);
+  rt::MatMulShape ms;
+  std::string error;
+  if (!rt::matMulShape(a, b, product(shapeOf(p, s.outputs(0))), "A", "B", "Y", ms, error))
+    return false;
+  g.M = ms.M;
+  g.K = ms.K;
+  g.N = ms.N;
+  g.batch = product(ms.batch);
+  // A batched A against a shared B is one taller GEMM, as the backends run it.
+  if (product(ms.batchB) == 1 && !g.ta) {
+    g.M *= g.batch;
+    g.batch = 1;
+  }
+  g.type = computeType(p.tensors(s.inputs(0)).type());
+  return true;
+}
+
+/// Multiply-adds of the forward convolution with output `y` and weights `w`.
+double convMacs(const std::vector<int64_t> &y, const std::vector<int64_t> &w) {
+  // y: [N, Cout, spatial...]; w: [Cout, Cin / groups, kernel...].
+  return static_cast<double>(product(y)) * static_cast<double>(product(w, 1));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s PLAN [THREADS]\n", argv[0]);
+    return 1;
+  }
+  omp_set_num_threads(argc > 2 ? std::atoi(argv[2]) : 2);
+  plan::Plan p;
+  std::string error;
+  if (!rt::readPlanFile(argv[1], p, error)) {
+    std::fprintf(stderr, "ampc-bench-gemm-ceiling: error: %s\n", error.c_str());
+    return 1;
+  }
+  const plan::Program *step = nullptr;
+  for (const plan::Program &prog : p.programs())
+    if (prog.name() == "step")
+      step = &prog;
+  if (!step) {
+    std::fprintf(stderr, "ampc-bench-gemm-ceiling: error: %s: no program 'step'\n", argv[1]);
+    return 1;
+  }
+  double gemmFlops = 0, convFlops = 0, ceiling = 0;
+  int gemms = 0, convs = 0;
+  for (const plan::Step &s : step->steps()) {
+    if (s.op() == "MatMul" || s.op() == "Gemm") {
+      Gemm g;
+      if (!gemmOf(p, s, g)) {
+        std::fprintf(stderr, "ampc-bench-gemm-ceiling: error: %s: step '%s': shape not covered\n",
+                     argv[1], s.name().c_str());
+        return 1;
+      }
+      gemmFlops += g.flops();
+      ceiling += timeGemm(g, 5);
+      ++gemms;
+    } else if (s.op() == "Conv") {
+      convFlops += 2 * convMacs(shapeOf(p, s.outputs(0)), shapeOf(p, s.inputs(1)));
+      ++convs;
+    } else if (s.op() == "ampc.ConvGrad") {
+      // inputs dY, X, W; outputs dX, dW (each as costly as the forward), dB.
+      double macs = convMacs(shapeOf(p, s.inputs(0)), shapeOf(p, s.inputs(2)));
+      for (int i = 0; i < std::min(2, s.outputs_size()); ++i)
+        if (s.outputs(i) >= 0)
+          convFlops += 2 * macs;
+      ++convs;
+    }
+  }
+  Gemm square;
+  square.M = square.K = square.N = 2048;
+  double peakF32 = square.flops() / timeGemm(square, 3) / 1e9;
+  square.type = memory::data_type::bf16;
+  double peakBF16 = square.flops() / timeGemm(square, 3) / 1e9;
+  std::printf("{\"gemm_steps\": %d, \"conv_steps\": %d, \"gemm_gflop\": %.4f, "
+              "\"conv_gflop\": %.4f, \"gemm_ceiling_ms\": %.3f, \"peak_gflops_f32\": %.1f, "
+              "\"peak_gflops_bf16\": %.1f}\n",
+              gemms, convs, gemmFlops / 1e9, convFlops / 1e9, ceiling * 1e3, peakF32, peakBF16);
+  return 0;
+}

@@ -10,6 +10,7 @@
 
 #include "ampc/rt/FusedDecode.h"
 
+#include <cmath>
 #include <cpuid.h>
 
 #include <cstdlib>
@@ -122,5 +123,14 @@ std::unique_ptr<Kernel> createFused(const StepContext &ctx, std::string &error) 
 } // namespace
 
 void registerFusedKernels() { registerKernel("ampc.Fused", createFused); }
+
+void expShifted(const float *x, float shift, float *out, int64_t n) {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+  if (avx512 && expShiftedAvx512(x, shift, out, n))
+    return;
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = std::exp(x[i] - shift);
+}
 
 } // namespace ampc::rt::cpu

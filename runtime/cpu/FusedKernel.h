@@ -44,4 +44,14 @@ struct FusedSpec {
 std::unique_ptr<Kernel> makeFusedKernelBaseline(const FusedSpec &spec, ThreadPool &pool);
 std::unique_ptr<Kernel> makeFusedKernelAvx512(const FusedSpec &spec, ThreadPool &pool);
 
+/// out[i] = exp(x[i] - shift) for a row (the softmax family's exponentials):
+/// SLEEF's AVX-512 u10 exp, 16 lanes at a time, on a CPU with AVX-512 when
+/// SLEEF was found, otherwise std::exp. Both are within 1 ULP of the exact
+/// result; the choice depends on the CPU only (not on AMPC_CPU_ISA, which
+/// picks the fused kernel's build), so results are the same bits on one
+/// machine whatever the fused kernel runs. `out` may be `x`.
+void expShifted(const float *x, float shift, float *out, int64_t n);
+/// The AVX-512 build of expShifted; false (and nothing written) without SLEEF.
+bool expShiftedAvx512(const float *x, float shift, float *out, int64_t n);
+
 } // namespace ampc::rt::cpu

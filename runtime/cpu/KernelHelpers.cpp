@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -243,6 +244,23 @@ inline float combine16(float *acc) {
   return acc[0];
 }
 } // namespace
+
+float maxFloats(const float *x, int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float lane[16];
+  for (float &l : lane)
+    l = kNegInf;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j)
+      lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  for (int j = 0; i < n; ++i, ++j)
+    lane[j] = x[i] > lane[j] ? x[i] : lane[j];
+  float m = kNegInf;
+  for (float l : lane)
+    m = l > m ? l : m;
+  return m;
+}
 
 float sumFloats(const float *p, int64_t n) {
   float acc[16] = {0};

@@ -120,6 +120,9 @@ void parallelFromFloat(ThreadPool &pool, const float *src, const TensorArg &t);
 /// same bits for the same input, vectorizable, and more accurate than a
 /// single running sum.
 float sumFloats(const float *p, int64_t n);
+/// The maximum of p[0..n), NaN ignored (as `x > max` does), in 16 lanes;
+/// -inf for an empty or all-NaN row.
+float maxFloats(const float *p, int64_t n);
 /// Sum of p[i] * q[i].
 float dotFloats(const float *p, const float *q, int64_t n);
 /// Sum of (p[i] - c)^2.

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FusedKernel.h"
 #include "KernelHelpers.h"
 
 #include <cmath>
@@ -120,7 +121,7 @@ std::unique_ptr<Kernel> createLoss(const StepContext &ctx, std::string &error, b
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
   size_t offLoss = layout.add<float>(samples);
-  int64_t perRange = 2 * slice + 2 * s.D + 32;
+  int64_t perRange = 3 * slice + 2 * s.D + 32;
   size_t offRange = layout.add<float>(perRange * ctx.pool.size());
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
@@ -131,9 +132,15 @@ std::unique_ptr<Kernel> createLoss(const StepContext &ctx, std::string &error, b
                      [&](int64_t n0, int64_t n1, int range) {
       float *buf = at<float>(scratch->data(), offRange) + range * perRange;
       float *xBuf = buf, *lpBuf = buf + slice, *mx = buf + 2 * slice, *lse = mx + D;
+      float *expBuf = lse + D;
       for (int64_t n = n0; n < n1; ++n) {
         const float *xs = rowIn(x, n * slice, slice, xBuf);
-        if (softmax) {
+        if (softmax && D == 1) {
+          // Scores [N, C]: one contiguous row (16 lanes, partial sums).
+          mx[0] = maxFloats(xs, C);
+          expShifted(xs, mx[0], expBuf, C);
+          lse[0] = mx[0] + std::log(sumFloats(expBuf, C));
+        } else if (softmax) {
           // lse = max + log(sum(exp(x - max))), per position d.
           for (int64_t d = 0; d < D; ++d)
             mx[d] = -std::numeric_limits<float>::infinity();
@@ -146,13 +153,13 @@ std::unique_ptr<Kernel> createLoss(const StepContext &ctx, std::string &error, b
               lse[d] += std::exp(xs[c * D + d] - mx[d]);
           for (int64_t d = 0; d < D; ++d)
             lse[d] = mx[d] + std::log(lse[d]);
-          if (logProb.data) {
-            float *lp = rowOut(logProb, n * slice, lpBuf);
-            for (int64_t c = 0; c < C; ++c)
-              for (int64_t d = 0; d < D; ++d)
-                lp[c * D + d] = xs[c * D + d] - lse[d];
-            rowCommit(logProb, n * slice, slice, lp);
-          }
+        }
+        if (softmax && logProb.data) {
+          float *lp = rowOut(logProb, n * slice, lpBuf);
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t d = 0; d < D; ++d)
+              lp[c * D + d] = xs[c * D + d] - lse[d];
+          rowCommit(logProb, n * slice, slice, lp);
         }
         for (int64_t d = 0; d < D; ++d) {
           int64_t t = loadInt(target, n * D + d);
@@ -229,7 +236,15 @@ std::unique_ptr<Kernel> createLossGrad(const StepContext &ctx, std::string &erro
           float w = sampleWeight(attrs, weight, t, C);
           float dl = attrs.reduction == LossAttrs::None ? loadFloat(dLoss, n * D + d) : dl0;
           float coef = w * dl * scale;
-          if (softmax) {
+          if (softmax && D == 1) {
+            // One contiguous row: the exponentials 16 lanes at a time.
+            expShifted(lp, 0.0f, out, C);
+            float et = t >= 0 && t < C ? out[t] : 0.0f;
+            for (int64_t c = 0; c < C; ++c)
+              out[c] = coef * out[c];
+            if (coef != 0.0f && t >= 0 && t < C)
+              out[t] = coef * (et - 1.0f);
+          } else if (softmax) {
             for (int64_t c = 0; c < C; ++c)
               out[c * D + d] = coef * std::exp(lp[c * D + d]);
             if (coef != 0.0f && t >= 0 && t < C)

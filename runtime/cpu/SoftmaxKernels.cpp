@@ -2,11 +2,15 @@
 //
 // One axis (opset 13). The tensor is viewed as [outer, len, inner]; each
 // outer slice [len, inner] is converted to fp32 once, and the per-column
-// maximum, sums and results run as loops over `inner` (vectorizable); with
-// inner = 1 a slice is one contiguous row. Work is split by outer slices.
+// maximum, sums and results run as loops over `inner` (vectorizable). With
+// inner = 1 (the last axis: attention, a vocabulary) a slice is one
+// contiguous row, which runs as row loops instead: 16-way partial sums
+// (sumFloats, dotFloats) and the exponentials 16 lanes at a time
+// (expShifted). Work is split by outer slices.
 //
 //===----------------------------------------------------------------------===//
 
+#include "FusedKernel.h"
 #include "KernelHelpers.h"
 
 #include <cmath>
@@ -18,6 +22,47 @@ namespace ampc::rt::cpu {
 namespace {
 
 enum class SoftOp { Softmax, LogSoftmax, Hardmax, SoftmaxGrad, LogSoftmaxGrad };
+
+/// One contiguous row of a softmax-family op (inner = 1). `x` is the
+/// forward's input or the gradient's dY, `yv` the forward's result (the
+/// gradients), `tmp` a row of scratch.
+void softRow(SoftOp op, const float *x, const float *yv, float *out, float *tmp, int64_t n) {
+  switch (op) {
+  case SoftOp::Softmax: {
+    float m = maxFloats(x, n);
+    expShifted(x, m, out, n);
+    float inv = 1.0f / sumFloats(out, n);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] *= inv;
+    return;
+  }
+  case SoftOp::LogSoftmax: {
+    float m = maxFloats(x, n);
+    expShifted(x, m, tmp, n);
+    float lse = std::log(sumFloats(tmp, n));
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = (x[i] - m) - lse;
+    return;
+  }
+  case SoftOp::SoftmaxGrad: {
+    // dx = y (dy - sum(dy y))
+    float s = dotFloats(x, yv, n);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = yv[i] * (x[i] - s);
+    return;
+  }
+  case SoftOp::LogSoftmaxGrad: {
+    // dx = dy - exp(y) sum(dy)
+    float s = sumFloats(x, n);
+    expShifted(yv, 0.0f, tmp, n);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = x[i] - tmp[i] * s;
+    return;
+  }
+  case SoftOp::Hardmax:
+    break;
+  }
+}
 
 struct Slices {
   int64_t outer = 0, len = 0, inner = 0;
@@ -63,7 +108,9 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
   ScratchLayout layout;
   // colB holds int64 for Hardmax: every block starts at an even float
   // offset, so it is 8-byte aligned (UBSan found it misaligned).
-  int64_t perRange = (3 * slice + 4 * s.inner + 32 + 1) & ~int64_t(1);
+  // Then a row of scratch for softRow (inner = 1).
+  int64_t colsEnd = (3 * slice + 4 * s.inner + 32 + 1) & ~int64_t(1);
+  int64_t perRange = colsEnd + (s.inner == 1 ? slice : 0);
   size_t off = layout.add<float>(perRange * ctx.pool.size());
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
@@ -79,6 +126,11 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
         const float *x = rowIn(a, o * slice, slice, aBuf);
         const float *yv = grad ? rowIn(b, o * slice, slice, bBuf) : nullptr;
         float *out = rowOut(y, o * slice, yBuf);
+        if (I == 1 && op != SoftOp::Hardmax) {
+          softRow(op, x, yv, out, buf + colsEnd, L);
+          rowCommit(y, o * slice, slice, out);
+          continue;
+        }
         switch (op) {
         case SoftOp::Softmax:
         case SoftOp::LogSoftmax: {

@@ -8,7 +8,8 @@
 // that makes its output size formula exact (possibly negative: the last input
 // rows are then never read, and get zero gradient).
 // Types as for GEMM: fp32; bf16 natively (fp32 accumulation, results rounded
-// to nearest even); fp16 through fp32 copies in scratch.
+// to nearest even) where the CPU multiplies bf16 faster than fp32
+// (nativeBf16Compute), otherwise as fp16: through fp32 copies in scratch.
 //
 //===----------------------------------------------------------------------===//
 
@@ -166,7 +167,7 @@ public:
       : DnnlKernel(pool), x_(x), w_(w), b_(b), y_(y) {}
 
   bool prepare(const ConvShape &s, std::string &error) {
-    half_ = y_.type == plan::F16;
+    half_ = computeViaF32(y_.type);
     dt cdt = dnnlComputeType(y_.type);
     ScratchLayout layout;
     if (half_) {
@@ -293,7 +294,7 @@ public:
     M_ = s.M;
     N_ = s.N;
     outPix_ = product(s.outSp);
-    half_ = dy_.type == plan::F16;
+    half_ = computeViaF32(dy_.type);
     dt cdt = dnnlComputeType(dy_.type);
     ScratchLayout layout;
     if (half_) {

@@ -23,9 +23,29 @@ inline dnnl::engine &dnnlEngine() {
   return e;
 }
 
-/// Element type of oneDNN memory for a storage type (fp16 is computed in fp32).
+/// Whether bf16 GEMMs and convolutions run natively in oneDNN (bf16 operands)
+/// or on fp32 copies of their operands. A bf16 value converts to fp32
+/// exactly and both accumulate in fp32, so the choice moves only the order
+/// of the sums; what it changes is speed, which depends on the CPU: AMX, and
+/// AMD's AVX-512 BF16 (two bf16 products per fp32 lane), multiply bf16 at
+/// twice the fp32 rate or more, while on an Intel CPU without AMX
+/// vdpbf16ps runs at the fp32 FMA rate and oneDNN 2.6's bf16 kernels were
+/// measured 1.5x slower than its fp32 ones (docs/benchmarks.md). Decided
+/// from CPUID once per process, so a machine always runs the same way;
+/// AMPC_CPU_BF16=native|fp32 overrides it.
+bool nativeBf16Compute();
+
+/// Whether a kernel of storage type `t` runs on fp32 copies of its operands
+/// in scratch (fp16 always; bf16 unless nativeBf16Compute()).
+inline bool computeViaF32(plan::ElemType t) {
+  return t == plan::F16 || (t == plan::BF16 && !nativeBf16Compute());
+}
+
+/// Element type of oneDNN memory for a storage type (fp16, and bf16 where
+/// nativeBf16Compute() says no, are computed in fp32).
 inline dnnl::memory::data_type dnnlComputeType(plan::ElemType t) {
-  return t == plan::BF16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  return t == plan::BF16 && nativeBf16Compute() ? dnnl::memory::data_type::bf16
+                                                : dnnl::memory::data_type::f32;
 }
 
 inline dnnl::memory::dims toDims(const std::vector<int64_t> &v) {

@@ -3,7 +3,8 @@
 // Both ops become one oneDNN matmul primitive, created with the kernel:
 // - fp32: fp32 operands, fp32 result;
 // - bf16: the native bf16 path (bf16 operands, fp32 accumulation, the result
-//   rounded to bf16 to nearest even by oneDNN);
+//   rounded to bf16 to nearest even by oneDNN) where the CPU multiplies bf16
+//   faster than fp32 (nativeBf16Compute), otherwise as fp16;
 // - fp16: operands converted to fp32 (exact) in scratch, an fp32 GEMM, the
 //   result rounded to fp16 to nearest even.
 // MatMul broadcasts batch dimensions (numpy rules, 1-D operands promoted);
@@ -18,9 +19,30 @@
 
 #include "ampc/rt/MatMulShape.h"
 
+#include <cpuid.h>
+#include <cstdlib>
 #include <cstring>
 
 namespace ampc::rt::cpu {
+
+bool nativeBf16Compute() {
+  static const bool native = [] {
+    if (const char *v = std::getenv("AMPC_CPU_BF16")) {
+      if (std::strcmp(v, "native") == 0)
+        return true;
+      if (std::strcmp(v, "fp32") == 0)
+        return false;
+    }
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    // CPUID leaf 7: EDX bit 22 is AMX-BF16.
+    bool amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
+    unsigned vendor[4] = {0, 0, 0, 0};
+    __get_cpuid(0, &a, &vendor[0], &vendor[2], &vendor[1]);
+    bool amd = std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+    return amx || (amd && __builtin_cpu_supports("avx512bf16"));
+  }();
+  return native;
+}
 
 namespace {
 
@@ -44,7 +66,7 @@ public:
   }
 
   bool prepare(std::string &error) {
-    bool half = type == plan::F16;
+    bool half = computeViaF32(type);
     dt cdt = dnnlComputeType(type);
     // The GEMM's destination: y itself unless fp16 storage or an epilogue on
     // a bf16 result needs fp32.
@@ -112,7 +134,7 @@ public:
 
   void run() override {
     uint8_t *base = scratch_->data();
-    if (type == plan::F16) {
+    if (computeViaF32(type)) {
       parallelToFloat(pool_, a, at<float>(base, offA_));
       parallelToFloat(pool_, b, at<float>(base, offB_));
       if (cAsBias)

@@ -1060,10 +1060,12 @@ bool compilePlan(const StepCase &c, plan::Plan &out) {
 /// gradient, the parameter and its moments (the whole tensor when all of the
 /// gradient is below 0.1% of the largest), and skip the running statistics
 /// that the resulting activations move.
-std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
-                                                    const std::map<std::string, rt::HostArray> &cpu,
-                                                    std::map<std::string, rt::HostArray> &other,
-                                                    int &masked, int64_t &total) {
+/// Noise elements of one step's gradients (`cpu` and `other`: that step's
+/// outputs), added to `masks`; `seen` lists the parameters compared.
+void addNoiseMasks(const plan::Plan &p, const std::map<std::string, rt::HostArray> &cpu,
+                   std::map<std::string, rt::HostArray> &other,
+                   std::map<std::string, std::vector<bool>> &masks,
+                   std::map<std::string, int64_t> &seen) {
   double largest = 0;
   for (const plan::Parameter &par : p.parameters()) {
     auto it = cpu.find("output " + par.onnx_name() + "_grad");
@@ -1071,13 +1073,13 @@ std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
       for (int64_t i = 0; i < it->second.numElements(); ++i)
         largest = std::max(largest, std::fabs(it->second.at(i)));
   }
-  std::map<std::string, std::vector<bool>> masks;
   for (const plan::Parameter &par : p.parameters()) {
     std::string key = "output " + par.onnx_name() + "_grad";
     auto it = cpu.find(key);
     if (it == cpu.end() || other[key].numElements() != it->second.numElements())
       continue;
     const rt::HostArray &a = it->second, &b = other[key];
+    seen[key] = a.numElements();
     std::vector<bool> m(a.numElements());
     bool any = false;
     double tensorMax = 0;
@@ -1090,13 +1092,36 @@ std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
     // element of the parameter, so it is left out whole.
     if (any && tensorMax < 1e-3 * largest)
       m.assign(m.size(), true);
-    masked += static_cast<int>(std::count(m.begin(), m.end(), true));
-    total += a.numElements();
     if (!any)
       continue;
-    for (const char *suffix : {"", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"})
-      masks["state " + par.onnx_name() + suffix] = m;
-    masks[key] = m;
+    for (const char *suffix : {"", ".exp_avg", ".exp_avg_sq", ".momentum_buffer"}) {
+      std::vector<bool> &dst = masks["state " + par.onnx_name() + suffix];
+      dst.resize(m.size());
+      for (size_t i = 0; i < m.size(); ++i)
+        dst[i] = dst[i] || m[i];
+    }
+    std::vector<bool> &dst = masks[key];
+    dst.resize(m.size());
+    for (size_t i = 0; i < m.size(); ++i)
+      dst[i] = dst[i] || m[i];
+  }
+}
+
+/// The noise masks of every step: an element that was noise in an earlier
+/// step moved its parameter by noise (AdamW: +-lr) even when the last step's
+/// gradients happen to agree. `masked` and `total` count gradient elements.
+std::map<std::string, std::vector<bool>>
+noiseMasks(const plan::Plan &p, const std::vector<std::map<std::string, rt::HostArray>> &cpu,
+           std::vector<std::map<std::string, rt::HostArray>> &other, int &masked, int64_t &total) {
+  std::map<std::string, std::vector<bool>> masks;
+  std::map<std::string, int64_t> seen;
+  for (size_t s = 0; s < cpu.size() && s < other.size(); ++s)
+    addNoiseMasks(p, cpu[s], other[s], masks, seen);
+  for (const auto &[key, n] : seen) {
+    total += n;
+    auto m = masks.find(key);
+    if (m != masks.end())
+      masked += static_cast<int>(std::count(m->second.begin(), m->second.end(), true));
   }
   return masks;
 }
@@ -1104,7 +1129,24 @@ std::map<std::string, std::vector<bool>> noiseMasks(const plan::Plan &p,
 /// Every STATE tensor and every output of the last run, after `steps` steps.
 struct StepResult {
   std::map<std::string, rt::HostArray> values;
+  /// The outputs of each step (gradients among them), for noiseMasks.
+  std::vector<std::map<std::string, rt::HostArray>> stepOutputs;
 };
+
+bool readOutputs(rt::Session &session, const plan::Plan &p, std::initializer_list<int> programs,
+                 std::map<std::string, rt::HostArray> &out) {
+  std::string error;
+  for (int prog : programs) {
+    if (prog < 0)
+      continue;
+    for (const plan::Binding &b : p.programs(prog).outputs())
+      if (!session.output(prog, b.name(), out["output " + b.name()], error)) {
+        ADD_FAILURE() << error;
+        return false;
+      }
+  }
+  return true;
+}
 
 bool train(const plan::Plan &p, const BackendFactory &make, const std::string &fixture, int steps,
            StepResult &r) {
@@ -1131,6 +1173,9 @@ bool train(const plan::Plan &p, const BackendFactory &make, const std::string &f
       ADD_FAILURE() << "run: " << error;
       return false;
     }
+    r.stepOutputs.emplace_back();
+    if (!readOutputs(*session, p, {step, acc, apply}, r.stepOutputs.back()))
+      return false;
   }
   for (int i = 0; i < p.tensors_size(); ++i) {
     const plan::Tensor &t = p.tensors(i);
@@ -1141,16 +1186,7 @@ bool train(const plan::Plan &p, const BackendFactory &make, const std::string &f
       return false;
     }
   }
-  for (int prog : {step, acc, apply}) {
-    if (prog < 0)
-      continue;
-    for (const plan::Binding &b : p.programs(prog).outputs())
-      if (!session->output(prog, b.name(), r.values["output " + b.name()], error)) {
-        ADD_FAILURE() << error;
-        return false;
-      }
-  }
-  return true;
+  return readOutputs(*session, p, {step, acc, apply}, r.values);
 }
 
 /// Largest tolerated |x - cpu| / max|cpu| per tensor after three steps: the
@@ -1184,7 +1220,7 @@ void compareTraining(const BackendFactory &make, const char *what) {
     std::string worstName;
     int masked = 0;
     int64_t gradElements = 0;
-    auto masks = noiseMasks(p, cpu.values, other.values, masked, gradElements);
+    auto masks = noiseMasks(p, cpu.stepOutputs, other.stepOutputs, masked, gradElements);
     // A few noise elements are expected; many would hide real differences.
     EXPECT_LE(masked, gradElements / 20) << "too many noise gradient elements";
     for (const auto &[name, ref] : cpu.values) {

@@ -343,6 +343,10 @@ TEST(CudnnConv, FitsOnlyWhatSymmetricPadsReproduce) {
   // Types cuDNN's fp32-compute configurations do not cover here.
   c = call2d(1, 1, 1, 1, 8, 8, 3, 1, 1, 1, FusedElem::F64);
   EXPECT_FALSE(rcuda::cudnnConvFits(c, why));
+  // An empty batch (cuDNN refuses zero dimensions).
+  c = call2d(0, 1, 1, 1, 8, 8, 3, 1, 1, 1, FusedElem::F32);
+  EXPECT_FALSE(rcuda::cudnnConvFits(c, why));
+  EXPECT_EQ(why, "an empty tensor");
   // 2^31 elements or more.
   c = call2d(1 << 16, 256, 1, 1, 16, 16, 1, 1, 0, 1, FusedElem::F16);
   EXPECT_FALSE(rcuda::cudnnConvFits(c, why));

@@ -41,6 +41,10 @@ bool cudnnConvFits(const CudnnConvCall &c, std::string &why) {
   // 32-bit offsets.
   int64_t xElems = c.N * c.C * w.inPix(), yElems = c.N * c.M * w.outPix(),
           wElems = c.M * (c.G > 0 ? c.C / c.G : c.C) * w.kernelSize();
+  if (xElems == 0 || yElems == 0 || wElems == 0) {
+    why = "an empty tensor"; // cuDNN refuses zero dimensions; im2col writes the zeros
+    return false;
+  }
   for (int64_t v : {xElems, yElems, wElems})
     if (v >= INT_MAX) {
       why = "a tensor of 2^31 elements or more";

@@ -57,7 +57,8 @@ struct CudnnConvDescriptor {
 /// True when cuDNN can run `c` with the semantics the plan asks for: a
 /// float type, padding that cuDNN's symmetric pads reproduce (the output
 /// size with padBegin at both ends equals the plan's, so an extra pad at
-/// the end is never read), and dimensions within its 32-bit arguments.
+/// the end is never read), no empty tensor, and dimensions within its
+/// 32-bit arguments.
 /// Otherwise false with the reason (the step keeps im2col).
 bool cudnnConvFits(const CudnnConvCall &c, std::string &why);
 

@@ -6,7 +6,7 @@
 // the handful of types, enum values and entry points of cuDNN 9's legacy
 // convolution API it calls are declared here, with the values of cuDNN 9's
 // documented ABI (cudnn_graph_v9.h, cudnn_ops_v9.h, cudnn_cnn_v9.h);
-// CudnnLoaderTest checks them against the headers where those exist.
+// test/unit/CudnnTest.cpp checks them against the headers where those exist.
 // Plain C++: no CUDA header either (a stream is passed as void *).
 //
 //===----------------------------------------------------------------------===//

@@ -13,7 +13,8 @@
 #    src.tar.xz (the runtime-only configuration: cmake, a C++ compiler and nvcc).
 # 2. Checks: every plan in checks/ trained STEPS steps with --backend=cuda, every gradient
 #    and parameter against the CPU backend's (compare_dumps.py, docs/cuda.md's tolerances);
-#    the same with --cuda-graph=false gives the same bits; the GPU unit tests (CudaDevice.*).
+#    the same with --cuda-graph=false gives the same bits; the GPU unit tests (CudaDevice.*,
+#    cuDNN's convolutions among them). cuDNN: the toolkit's, else PyTorch's wheel.
 # 3. Timings (bench/, when the kit has it): each model's step with amp-run against PyTorch
 #    AMP (autocast + GradScaler) on the same GPU, weights, batch and optimizer.
 # Results under KIT/results (RESULTS to change); exit status 0 only when every check passed.
@@ -43,6 +44,19 @@ if ! ldconfig -p 2>/dev/null | grep -q libcublas.so.13 && [[ ! -e /usr/local/cud
   wheel=$($py -c "import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__))" 2>/dev/null)
   [[ -n $wheel ]] && export LD_LIBRARY_PATH=$wheel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+
+# cuDNN (convolutions; without it amp-run uses im2col + cuBLAS and says so): the toolkit's,
+# else the nvidia-cudnn wheel PyTorch brings, named by AMPC_CUDNN_PATH (its folder on
+# LD_LIBRARY_PATH too, where libcudnn.so.9 finds its sub-libraries).
+if [[ -z ${AMPC_CUDNN_PATH:-} ]] && ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9 &&
+    [[ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]]; then
+  wheel=$($py -c "import nvidia.cudnn, os; print(os.path.dirname(nvidia.cudnn.__file__))" 2>/dev/null)
+  if [[ -n $wheel && -e $wheel/lib/libcudnn.so.9 ]]; then
+    export AMPC_CUDNN_PATH=$wheel/lib/libcudnn.so.9
+    export LD_LIBRARY_PATH=$wheel/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  fi
+fi
+echo "cuDNN: ${AMPC_CUDNN_PATH:-libcudnn.so.9 through the loader or /usr/local/cuda/lib64}"
 
 # Python unpacks (its lzma module): a bare machine may have no xz.
 unpack() { $py -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$1" "$2"; }
@@ -113,7 +127,7 @@ done
 row "checks ($backend against the kit's CPU dumps, $steps steps) | $passed/$checked passed |"
 
 if [[ $mode == gpu ]]; then
-  AMPC_SOURCE_DIR=$res/src "$res/bin/ampc-unittests" --gtest_filter='CudaDevice.*:CudaEmulation.*:CublasLoader.*:Nccl*' \
+  AMPC_SOURCE_DIR=$res/src "$res/bin/ampc-unittests" --gtest_filter='CudaDevice.*:CudaEmulation.*:CublasLoader.*:CudnnLoader.*:CudnnConv.*:Nccl*' \
     >"$res/unittests.txt" 2>&1
   status=$?
   row "GPU unit tests | $(grep -E '^\[  (PASSED|FAILED)  \]' "$res/unittests.txt" | tr '\n' ' ') |"

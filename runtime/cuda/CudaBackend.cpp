@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "CublasLoader.h"
+#include "CudnnRunner.h"
 #include "KernelLaunch.h"
 #include "Lowering.h"
 
@@ -159,6 +160,7 @@ public:
       cudaStreamDestroy(comm_);
     if (pinned_)
       cudaFreeHost(pinned_);
+    cudnn_.reset(); // its handle before the stream it works on
     if (cublas_)
       cublasDestroy(cublas_);
     if (compute_)
@@ -194,6 +196,15 @@ public:
         !checkBlas(cublasSetStream(cublas_, compute_), "cublasSetStream", error))
       return false;
     debugSync_ = std::getenv("AMPC_CUDA_SYNC") != nullptr;
+    // cuDNN is optional: without it convolutions use im2col + cuBLAS.
+    const char *off = std::getenv("AMPC_CUDNN");
+    if (!opts_.cudnn || (off && std::string(off) == "0")) {
+      cudnnWhy_ = "turned off";
+    } else {
+      auto r = std::make_unique<cuda::CudnnRunner>();
+      if (r->init(compute_, cudnnWhy_))
+        cudnn_ = std::move(r);
+    }
     return true;
   }
 
@@ -214,7 +225,7 @@ public:
     {
       uint8_t *fake = reinterpret_cast<uint8_t *>(uintptr_t(1) << 40);
       cuda::DeviceMemory mem{[&](int id) { return layout_.address(plan_, id, fake, fake, fake); },
-                             fake};
+                             fake, cudnnHook()};
       std::vector<Launch> scratch;
       for (int i = 0; i < plan_.programs_size(); ++i) {
         if (!cuda::lowerProgram(plan_, i, mem, scratch, wsBytes, error))
@@ -308,7 +319,7 @@ public:
     }
 
     // The launch lists against the real addresses.
-    cuda::DeviceMemory mem{[this](int id) { return address(id); }, workspace_.p};
+    cuda::DeviceMemory mem{[this](int id) { return address(id); }, workspace_.p, cudnnHook()};
     programs_.resize(plan_.programs_size());
     for (int i = 0; i < plan_.programs_size(); ++i) {
       size_t ws = 0;
@@ -322,6 +333,7 @@ public:
       for (const plan::Binding &b : plan_.programs(i).inputs())
         programInputs_[i].push_back(stagedIndex_.at(b.tensor()));
     }
+    noteConvolutions();
     graphs_.assign(plan_.programs_size(), nullptr);
     runs_.assign(plan_.programs_size(), 0);
     return check(cudaDeviceSynchronize(), "loading the plan", error);
@@ -479,6 +491,12 @@ private:
         return false;
       break;
     }
+    case Launch::CudnnConv:
+      if (!cudnn_ || !cudnn_->run(l.conv, error)) {
+        error = where(program, l) + ": " + (cudnn_ ? error : std::string("cuDNN is not loaded"));
+        return false;
+      }
+      break;
     case Launch::Memset:
       if (!check(cudaMemsetAsync(l.dst, 0, l.bytes, compute_), where(program, l) + ": cudaMemsetAsync",
                  error))
@@ -507,6 +525,31 @@ private:
     if (debugSync_)
       return check(cudaStreamSynchronize(compute_), where(program, l), error);
     return true;
+  }
+
+  /// DeviceMemory::cudnn: convolutions through cuDNN when it started.
+  std::function<bool(cuda::CudnnConvCall &)> cudnnHook() {
+    if (!cudnn_)
+      return nullptr;
+    return [this](cuda::CudnnConvCall &c) { return cudnn_->plan(c); };
+  }
+
+  /// One note line when a plan's convolutions do not all run on cuDNN.
+  void noteConvolutions() const {
+    bool convs = false;
+    for (const plan::Program &prog : plan_.programs())
+      for (const plan::Step &s : prog.steps())
+        convs = convs || s.op() == "Conv" || s.op() == "ampc.ConvGrad";
+    if (!convs)
+      return;
+    if (!cudnn_) {
+      std::fprintf(stderr, "amp-run: note: cuDNN not used (%s); convolutions run as im2col + "
+                           "cuBLAS\n",
+                   cudnnWhy_.c_str());
+      return;
+    }
+    for (const std::string &n : cudnn_->notes())
+      std::fprintf(stderr, "amp-run: note: im2col + cuBLAS for %s\n", n.c_str());
   }
 
   bool ranks() const { return opts_.collective && opts_.collective->size() > 1; }
@@ -665,6 +708,8 @@ private:
   std::vector<void *> sides_;                                          // AllReduce buckets
   std::map<void *, std::pair<cudaEvent_t, cudaEvent_t>> buckets_;      // fork, join
   cublasHandle_t cublas_ = nullptr;
+  std::unique_ptr<cuda::CudnnRunner> cudnn_; ///< null: convolutions as im2col
+  std::string cudnnWhy_;                     ///< why cudnn_ is null
   plan::Plan plan_;
   cuda::MemoryLayout layout_;
   DeviceBlock arena_, state_, constants_, workspace_, cublasWs_, staging_;

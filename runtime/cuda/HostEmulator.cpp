@@ -5,7 +5,9 @@
 // GPU may do); row launches run each row lane by lane in the order the GPU's
 // warp shuffles combine them (runRowOnHost, RowKernels.h); GEMMs are
 // reference loops with cuBLAS's column-major semantics and fp32
-// accumulation. The backend lays memory out as the CUDA backend does and runs
+// accumulation; cuDNN convolutions are a CPU reference (referenceCudnnConv:
+// fp32 sums, one rounding, as cuDNN promises). The backend lays memory out as
+// the CUDA backend does and runs
 // the same launch lists, so tests exercise everything the CUDA backend
 // decides, except the CUDA API calls themselves.
 //
@@ -81,6 +83,9 @@ void emulateLaunch(const Launch &l) {
   case Launch::Gemm:
     emulateGemm(l.gemm);
     return;
+  case Launch::CudnnConv:
+    referenceCudnnConv(l.conv);
+    return;
   case Launch::Kernel:
     break;
   }
@@ -111,6 +116,7 @@ struct Block {
 
 class EmulatorBackend : public Backend {
 public:
+  explicit EmulatorBackend(bool cudnn) : cudnn_(cudnn) {}
   std::string name() const override { return "cuda-emulator (host)"; }
 
   bool load(const plan::Plan &p, std::string &error) override {
@@ -137,6 +143,15 @@ public:
     size_t wsBytes = 0;
     std::vector<Launch> scratch;
     DeviceMemory mem{[this](int id) { return address(id); }, nullptr};
+    // cuDNN's planning without a device: every call that fits takes
+    // algorithm 0 and no workspace.
+    if (cudnn_)
+      mem.cudnn = [](CudnnConvCall &c) {
+        c.algo = 0;
+        c.mathType = describeCudnnConv(c).mathType;
+        c.workspaceBytes = 0;
+        return true;
+      };
     for (int i = 0; i < plan_.programs_size(); ++i)
       if (!lowerProgram(plan_, i, mem, scratch, wsBytes, error))
         return false;
@@ -192,6 +207,7 @@ private:
         plan_, tensor, bytes, [&](int id) { return address(id) != nullptr; }, error);
   }
 
+  bool cudnn_;
   plan::Plan plan_;
   MemoryLayout layout_;
   Block arena_, state_, constants_, workspace_;
@@ -201,6 +217,8 @@ private:
 
 } // namespace
 
-std::unique_ptr<Backend> createCudaEmulatorBackend() { return std::make_unique<EmulatorBackend>(); }
+std::unique_ptr<Backend> createCudaEmulatorBackend(bool cudnn) {
+  return std::make_unique<EmulatorBackend>(cudnn);
+}
 
 } // namespace ampc::rt::cuda

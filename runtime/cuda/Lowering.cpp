@@ -382,6 +382,8 @@ std::string describeLaunch(const Launch &l) {
     return "all-reduce " + std::to_string(l.bytes / 4) + " floats (start)";
   case Launch::AllReduceWait:
     return "all-reduce " + std::to_string(l.bytes / 4) + " floats (wait)";
+  case Launch::CudnnConv:
+    return describeCudnnCall(l.conv);
   case Launch::Kernel:
     break;
   }

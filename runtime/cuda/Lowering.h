@@ -11,6 +11,7 @@
 #pragma once
 
 #include "DeviceKernels.h"
+#include "conv/CudnnConv.h"
 
 #include "ampc/rt/Backend.h"
 
@@ -62,12 +63,14 @@ struct Launch {
   /// AllReduceWait, moved to just before the first step that reads an
   /// average, waits for it and copies `side` back to `dst`, whence the
   /// averages are unpacked. Between the two the backward pass goes on.
-  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce, AllReduceWait };
+  /// CudnnConv: one cuDNN convolution call (`conv`, conv/CudnnConv.h).
+  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce, AllReduceWait, CudnnConv };
   Kind kind = Kernel;
   KernelKind kernel = KernelKind::Fused;
   int64_t threads = 0; ///< Kernel: thread indices [0, threads)
   alignas(16) unsigned char args[kMaxArgBytes] = {};
   GemmCall gemm;
+  CudnnConvCall conv;
   void *dst = nullptr; ///< Memset (to 0) / Memcpy
   const void *src = nullptr;
   size_t bytes = 0;
@@ -93,6 +96,11 @@ struct Launch {
 struct DeviceMemory {
   std::function<void *(int)> tensor;
   uint8_t *workspace = nullptr;
+  /// Convolutions through cuDNN when set: plans a call that cudnnConvFits
+  /// (chooses its algorithm, sets algo, mathType, plan and the
+  /// workspaceBytes it needs, which the lowering reserves in the step's
+  /// workspace); false leaves that step to im2col + cuBLAS. Unset: im2col.
+  std::function<bool(CudnnConvCall &)> cudnn;
 };
 
 /// Byte layout of a plan's device memory, as the CPU backend lays out host
@@ -134,8 +142,9 @@ void emulateLaunch(const Launch &l);
 
 /// A Backend that executes the CUDA backend's launch lists on the host, with
 /// the same memory layout: what the GPU computes, up to the order of GEMM
-/// sums and the last bits of transcendental functions. For tests.
-std::unique_ptr<Backend> createCudaEmulatorBackend();
+/// sums and the last bits of transcendental functions. For tests. `cudnn`:
+/// lower convolutions as a backend with cuDNN does (else im2col).
+std::unique_ptr<Backend> createCudaEmulatorBackend(bool cudnn = true);
 
 /// Readable name of a launch ("fused", "gemm 64x128x256 x4", "memcpy"), for
 /// profiles.

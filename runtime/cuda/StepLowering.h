@@ -317,6 +317,8 @@ public:
   bool lowerAveragePoolGrad(std::string &error);
   bool lowerConv(std::string &error);
   bool lowerConvGrad(std::string &error);
+  bool planCudnn(std::vector<CudnnConvCall> &calls);
+  void emitCudnn(const std::vector<CudnnConvCall> &calls);
   bool lowerAllFinite(std::string &error);
   bool lowerAllReduce(std::string &error);
   bool lowerAdamW(std::string &error);

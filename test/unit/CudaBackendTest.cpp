@@ -37,6 +37,7 @@
 #include "ampc/rt/Session.h"
 
 #include "Kernel.h"
+#include "cuda/CudnnLoader.h"
 #include "cuda/Lowering.h"
 
 #include "plan.pb.h"
@@ -282,6 +283,10 @@ using BackendFactory = std::function<std::unique_ptr<rt::Backend>()>;
 
 std::unique_ptr<rt::Backend> cpuBackend() { return rt::createCpuBackend({1}); }
 std::unique_ptr<rt::Backend> emulatorBackend() { return rcuda::createCudaEmulatorBackend(); }
+/// The emulator lowering convolutions as a backend without cuDNN does.
+std::unique_ptr<rt::Backend> im2colEmulatorBackend() {
+  return rcuda::createCudaEmulatorBackend(false);
+}
 
 /// Runs program "step" of a plan once on a backend; returns its outputs.
 /// Runs the step `runs` times; `outs` gets every output after each run.
@@ -348,7 +353,8 @@ std::string header(bool ampcOps = false) {
 /// One model on the emulated CUDA backend and the CPU backend, in fp32,
 /// fp16 and bf16; every output compared.
 void compareOp(const std::string &op, const std::string &model,
-               std::map<std::string, Generator> gens = {}, double absTol = 2e-5) {
+               std::map<std::string, Generator> gens = {}, double absTol = 2e-5,
+               const BackendFactory &other = emulatorBackend) {
   for (DType t : {DType::F32, DType::F16, DType::BF16}) {
     SCOPED_TRACE(op + " " + (t == DType::F32 ? "float" : t == DType::F16 ? "float16" : "bfloat16"));
     std::string text = substitute(model, "float");
@@ -386,7 +392,7 @@ void compareOp(const std::string &op, const std::string &model,
     auto p = lowerToPlan(**g, {});
     ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
     std::vector<rt::HostArray> cpu, emu;
-    if (!runOnce(*p, cpuBackend, feeds, cpu) || !runOnce(*p, emulatorBackend, feeds, emu))
+    if (!runOnce(*p, cpuBackend, feeds, cpu) || !runOnce(*p, other, feeds, emu))
       return;
     ASSERT_EQ(cpu.size(), emu.size());
     double rel = t == DType::F16 ? std::ldexp(1.0, -10) : t == DType::BF16 ? std::ldexp(1.0, -7) : 0;
@@ -985,6 +991,109 @@ TEST(CudaEmulation, PoolingAndConvolution) {
     })");
 }
 
+/// Conv and ampc.ConvGrad in fp32, fp16 and bf16 on `make` against the CPU:
+/// pads, strides, groups, dilations, 1-D and 3-D, partial gradients, and a
+/// padding cuDNN's symmetric pads cannot express (im2col even with cuDNN).
+void compareConvolutions(const BackendFactory &make) {
+  compareOp("Conv", header() + R"(g (T[2,3,8,8] x, T[4,3,3,3] w, T[4] b) => (T[2,4,8,8] y) {
+      y = Conv <pads = [1,1,1,1]> (x, w, b)
+    })", {}, 2e-5, make);
+  compareOp("Conv", header() + R"(g (T[2,4,9,9] x, T[6,2,3,3] w, T[6] b) => (T[2,6,4,4] y) {
+      y = Conv <strides = [2,2], group = 2> (x, w, b)
+    })", {}, 2e-5, make);
+  compareOp("Conv", header() + R"(g (T[1,2,10] x, T[3,2,3] w) => (T[1,3,6] y) {
+      y = Conv <dilations = [2]> (x, w)
+    })", {}, 2e-5, make);
+  compareOp("Conv", header() + R"(g (T[2,2,4,5,5] x, T[3,2,2,3,3] w) => (T[2,3,2,3,3] y) {
+      y = Conv <strides = [2,2,2], pads = [0,1,1,0,1,1]> (x, w)
+    })", {}, 2e-5, make);
+  compareOp("Conv", header() + R"(g (T[1,2,7,7] x, T[2,2,2,2] w, T[2] b) => (T[1,2,7,7] y) {
+      y = Conv <auto_pad = "SAME_UPPER"> (x, w, b)
+    })", {}, 2e-5, make);
+  compareOp("ampc.ConvGrad", header(true) + R"(g (T[2,6,4,4] dy, T[2,4,9,9] x, T[6,2,3,3] w) => (T[2,4,9,9] dx, T[6,2,3,3] dw, T[6] db) {
+      dx, dw, db = ampc.ConvGrad <strides = [2,2], group = 2> (dy, x, w)
+    })", {}, 2e-5, make);
+  compareOp("ampc.ConvGrad", header(true) + R"(g (T[2,4,8,8] dy, T[2,3,8,8] x, T[4,3,3,3] w) => (T[2,3,8,8] dx, T[4,3,3,3] dw) {
+      dx, dw = ampc.ConvGrad <pads = [1,1,1,1]> (dy, x, w)
+    })", {}, 2e-5, make);
+  compareOp("ampc.ConvGrad", header(true) + R"(g (T[1,3,6] dy, T[1,2,10] x, T[3,2,3] w) => (T[3,2,3] dw) {
+      _, dw = ampc.ConvGrad <dilations = [2]> (dy, x, w)
+    })", {}, 2e-5, make);
+  compareOp("ampc.ConvGrad", header(true) + R"(g (T[2,3,2,3,3] dy, T[2,2,4,5,5] x, T[3,2,2,3,3] w) => (T[2,2,4,5,5] dx) {
+      dx = ampc.ConvGrad <strides = [2,2,2], pads = [0,1,1,0,1,1]> (dy, x, w)
+    })", {}, 2e-5, make);
+  compareOp("ampc.ConvGrad", header(true) + R"(g (T[1,2,7,7] dy, T[1,2,7,7] x, T[2,2,2,2] w) => (T[1,2,7,7] dx, T[2,2,2,2] dw) {
+      dx, dw = ampc.ConvGrad <auto_pad = "SAME_UPPER"> (dy, x, w)
+    })", {}, 2e-5, make);
+}
+
+/// The emulator with cuDNN records (referenceCudnnConv) and with im2col.
+TEST(CudaEmulation, ConvolutionsThroughCudnnAndIm2col) {
+  {
+    SCOPED_TRACE("cudnn records");
+    compareConvolutions(emulatorBackend);
+  }
+  {
+    SCOPED_TRACE("im2col");
+    compareConvolutions(im2colEmulatorBackend);
+  }
+}
+
+/// One plan's launch list, lowered with or without a cuDNN planner.
+std::vector<rcuda::Launch> lowerWith(const plan::Plan &p,
+                                     std::function<bool(rcuda::CudnnConvCall &)> cudnn,
+                                     size_t &ws) {
+  static uint8_t fake[64];
+  rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake, std::move(cudnn)};
+  std::vector<rcuda::Launch> launches;
+  std::string error;
+  ws = 0;
+  EXPECT_TRUE(rcuda::lowerProgram(p, 0, mem, launches, ws, error)) << error;
+  return launches;
+}
+
+/// The lowering reserves what the planner says each call needs in the
+/// step's workspace: the shared workspace is the largest step's need, and
+/// the two calls of a ConvGrad share one slice.
+TEST(CudaEmulation, CudnnWorkspaceIsTheLargestStepsNeed) {
+  auto g = importModelText(header(true) + R"(g (float[2,3,8,8] x, float[4,3,3,3] w, float[4,4,3,3] w2, float[2,4,8,8] dy) => (float[2,4,8,8] y, float[2,4,8,8] y2, float[2,3,8,8] dx, float[4,3,3,3] dw) {
+      y = Conv <pads = [1,1,1,1]> (x, w)
+      y2 = Conv <pads = [1,1,1,1]> (y, w2)
+      dx, dw = ampc.ConvGrad <pads = [1,1,1,1]> (dy, x, w)
+    })", "ws");
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  auto p = lowerToPlan(**g, {});
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  // Sizes per direction and input channels, as a device's heuristics might.
+  auto planner = [](rcuda::CudnnConvCall &c) {
+    c.algo = static_cast<int>(c.dir) + 1;
+    c.workspaceBytes = c.dir == rcuda::CudnnConvCall::Forward ? 1000 * c.C
+                       : c.dir == rcuda::CudnnConvCall::BackwardData ? 3000
+                                                                     : 7000;
+    return true;
+  };
+  size_t ws = 0;
+  std::vector<rcuda::Launch> ls = lowerWith(*p, planner, ws);
+  std::vector<const rcuda::CudnnConvCall *> calls;
+  for (const rcuda::Launch &l : ls)
+    if (l.kind == rcuda::Launch::CudnnConv)
+      calls.push_back(&l.conv);
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(ws, 7168u); // ConvGrad's 7000 (the larger of its two), 256-aligned
+  size_t sizes[] = {3000, 4000, 3000, 7000};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(calls[i]->workspaceBytes, sizes[i]) << i;
+    EXPECT_EQ(calls[i]->algo, static_cast<int>(calls[i]->dir) + 1) << i;
+  }
+  // Each step's scratch starts at the workspace; the ConvGrad's calls share it.
+  EXPECT_EQ(calls[2]->workspace, calls[3]->workspace);
+  EXPECT_EQ(calls[0]->workspace, calls[2]->workspace);
+  // A planner that declines leaves every convolution to im2col.
+  ls = lowerWith(*p, [](rcuda::CudnnConvCall &) { return false; }, ws);
+  for (const rcuda::Launch &l : ls)
+    EXPECT_NE(l.kind, rcuda::Launch::CudnnConv);
+}
+
 //===----------------------------------------------------------------------===//
 // Training steps of the fixtures
 //===----------------------------------------------------------------------===//
@@ -1197,7 +1306,8 @@ double stepTolerance(const std::string &precision) {
   return precision == "fp32" ? 1e-4 : precision == "fp16" ? 2e-2 : 5e-2; // bf16, bf16conv
 }
 
-void compareTraining(const BackendFactory &make, const char *what) {
+/// `only`: the cases of that fixture alone.
+void compareTraining(const BackendFactory &make, const char *what, const char *only = nullptr) {
   const StepCase cases[] = {{"mlp", "fp32", "adamw", 1},        {"mlp", "fp16", "adamw", 1},
                             {"mlp", "bf16", "sgd", 1},          {"mlp", "fp16", "sgd", 2},
                             {"cnn", "fp32", "adamw", 1},        {"cnn", "fp16", "adamw", 1},
@@ -1208,6 +1318,8 @@ void compareTraining(const BackendFactory &make, const char *what) {
                             {"cnn", "bf16conv", "adamw", 1},    {"decoder", "bf16conv", "sgd", 1},
                             {"mlp", "fp16", "adamw", 1, true},  {"transformer", "bf16", "adamw", 2, true}};
   for (const StepCase &c : cases) {
+    if (only && std::string(c.fixture) != only)
+      continue;
     SCOPED_TRACE(std::string(what) + ": " + c.fixture + " " + c.precision + " " + c.optimizer +
                  (c.accumulate > 1 ? " accumulate" : "") + (c.dataParallel ? " data-parallel" : ""));
     plan::Plan p;
@@ -1276,13 +1388,78 @@ TEST(CudaEmulation, LowersEveryFixturePlan) {
       std::vector<rcuda::Launch> launches;
       size_t ws = 0;
       ASSERT_TRUE(rcuda::lowerProgram(p, 0, mem, launches, ws, error)) << error;
-      int kinds[4] = {0, 0, 0, 0};
+      int kinds[8] = {};
       for (const rcuda::Launch &l : launches)
         ++kinds[l.kind];
       std::printf("  %-11s %-4s %6d %9zu %7d %6d %6d\n", f, prec, p.programs(0).steps_size(),
                   launches.size(), kinds[rcuda::Launch::Kernel], kinds[rcuda::Launch::Gemm],
                   kinds[rcuda::Launch::Memset] + kinds[rcuda::Launch::Memcpy]);
     }
+}
+
+/// With a cuDNN planner every Conv of the cnn fixture's training step is one
+/// forward call (after the bias copy) and every ampc.ConvGrad one call per
+/// dX / dW it produces, with no im2col, col2im or GEMM left in those steps;
+/// without one, the same steps are im2col + GEMMs and no cuDNN call.
+TEST(CudaEmulation, CnnConvolutionsLowerToCudnnRecords) {
+  for (const char *prec : {"fp32", "fp16", "bf16", "bf16conv"}) {
+    SCOPED_TRACE(prec);
+    plan::Plan p;
+    ASSERT_TRUE(compilePlan({"cnn", prec, "adamw", 1}, p));
+    const plan::Program &prog = p.programs(0);
+    auto planner = [](rcuda::CudnnConvCall &c) {
+      c.algo = 0;
+      return true;
+    };
+    size_t ws = 0;
+    std::vector<rcuda::Launch> with = lowerWith(p, planner, ws), without = lowerWith(p, {}, ws);
+    int convs = 0, grads = 0;
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &st = prog.steps(s);
+      bool conv = st.op() == "Conv", grad = st.op() == "ampc.ConvGrad";
+      if (!conv && !grad)
+        continue;
+      convs += conv;
+      grads += grad;
+      std::vector<rcuda::CudnnConvCall::Direction> dirs;
+      int im2col = 0, gemms = 0;
+      for (const rcuda::Launch &l : with) {
+        if (l.step != s)
+          continue;
+        if (l.kind == rcuda::Launch::CudnnConv)
+          dirs.push_back(l.conv.dir);
+        gemms += l.kind == rcuda::Launch::Gemm;
+        im2col += l.kind == rcuda::Launch::Kernel && l.kernel == rcuda::KernelKind::Conv;
+      }
+      EXPECT_EQ(im2col + gemms, 0) << st.name();
+      if (conv) {
+        ASSERT_EQ(dirs.size(), 1u) << st.name();
+        EXPECT_EQ(dirs[0], rcuda::CudnnConvCall::Forward);
+      } else {
+        size_t want = (st.outputs_size() > 0 && st.outputs(0) >= 0) +
+                      (st.outputs_size() > 1 && st.outputs(1) >= 0);
+        EXPECT_EQ(dirs.size(), want) << st.name();
+        EXPECT_GE(dirs.size(), 1u) << st.name();
+      }
+      int cudnn = 0, without2col = 0;
+      for (const rcuda::Launch &l : without) {
+        if (l.step != s)
+          continue;
+        cudnn += l.kind == rcuda::Launch::CudnnConv;
+        without2col += l.kind == rcuda::Launch::Gemm;
+      }
+      EXPECT_EQ(cudnn, 0) << st.name();
+      EXPECT_GE(without2col, 1) << st.name();
+    }
+    EXPECT_GE(convs, 1);
+    EXPECT_GE(grads, 1);
+  }
+}
+
+/// The fixtures' training steps above run their convolutions through the
+/// emulated cuDNN records; the cnn ones again through im2col.
+TEST(CudaEmulation, CnnStepsThroughIm2colMatchTheCpu) {
+  compareTraining(im2colEmulatorBackend, "emulated im2col", "cnn");
 }
 
 /// A data-parallel plan's buckets start right after their last gradient and
@@ -1359,6 +1536,33 @@ TEST(CudaDevice, GraphsOffMatchesGraphsOn) {
   ASSERT_TRUE(train(p, [&] { return rt::createCudaBackend(noGraph, error); }, "cnn", 4, off));
   for (const auto &[name, a] : on.values)
     EXPECT_EQ(a.bytes, off.values[name].bytes) << name << " differs with and without a CUDA graph";
+}
+
+/// cuDNN's convolutions (forward, backward data and filter) on the GPU
+/// against the CPU, and the cnn steps with cuDNN turned off (im2col).
+TEST(CudaDevice, CudnnConvolutionsMatchTheCpu) {
+  std::string why;
+  if (!rt::cudaAvailable(why))
+    GTEST_SKIP() << "no CUDA device available (" << why << ")";
+  std::string notLoaded;
+  if (!rcuda::loadCudnn(notLoaded))
+    ADD_FAILURE() << "cuDNN did not load, so this compares im2col: " << notLoaded;
+  compareConvolutions([] {
+    std::string error;
+    auto b = rt::createCudaBackend({}, error);
+    EXPECT_TRUE(b) << error;
+    return b;
+  });
+  rt::CudaOptions noCudnn;
+  noCudnn.cudnn = false;
+  compareTraining(
+      [&] {
+        std::string error;
+        auto b = rt::createCudaBackend(noCudnn, error);
+        EXPECT_TRUE(b) << error;
+        return b;
+      },
+      "cuda im2col", "cnn");
 }
 
 TEST(CudaDevice, MemoryLimitRefusesThePlan) {

@@ -1,7 +1,9 @@
 //===- conv/ConvLowering.cpp - Pooling and convolution --------------------===//
 //
 // Lowers MaxPool, AveragePool, Conv and their gradients: conv/ConvKernels.h for
-// windows, im2col and col2im, cuBLAS GEMMs between them.
+// windows; convolutions as cuDNN calls (conv/CudnnConv.h) when the backend
+// has cuDNN and it fits the convolution, otherwise im2col and col2im with
+// cuBLAS GEMMs between them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -164,6 +166,51 @@ struct ConvDims {
   int64_t N, C, M, G, Cg, Mg, KK, P, rows; // rows = Cg * KK
 };
 
+CudnnConvCall cudnnCall(CudnnConvCall::Direction dir, const ConvDims &d, const Window &win,
+                        uint8_t type, void *x, void *w, void *y) {
+  CudnnConvCall c;
+  c.dir = dir;
+  c.type = type;
+  c.N = d.N;
+  c.C = d.C;
+  c.M = d.M;
+  c.G = d.G;
+  c.win = win;
+  c.x = x;
+  c.w = w;
+  c.y = y;
+  return c;
+}
+
+/// All of `calls` through cuDNN, or none: each must fit cuDNN and be
+/// planned by the backend (its algorithm chosen). They run one after
+/// another, so they share one workspace slice of the largest size.
+bool StepLowering::planCudnn(std::vector<CudnnConvCall> &calls) {
+  if (!mem_.cudnn)
+    return false;
+  size_t bytes = 0;
+  for (CudnnConvCall &c : calls) {
+    std::string why;
+    if (!cudnnConvFits(c, why) || !mem_.cudnn(c))
+      return false;
+    bytes = std::max(bytes, c.workspaceBytes);
+  }
+  void *ws = bytes ? ws_.alloc<uint8_t>(static_cast<int64_t>(bytes)) : nullptr;
+  for (CudnnConvCall &c : calls)
+    c.workspace = c.workspaceBytes ? ws : nullptr;
+  return true;
+}
+
+void StepLowering::emitCudnn(const std::vector<CudnnConvCall> &calls) {
+  for (const CudnnConvCall &c : calls) {
+    Launch l;
+    l.kind = Launch::CudnnConv;
+    l.conv = c;
+    l.step = index_;
+    out_.push_back(l);
+  }
+}
+
 bool StepLowering::lowerConv(std::string &error) {
   Operand x = input(0), w = input(1), bias = input(2), y = output(0);
   if (!x.present() || !w.present() || !y.present()) {
@@ -199,6 +246,18 @@ bool StepLowering::lowerConv(std::string &error) {
   if (y.numel == 0)
     return true;
   size_t es = x.elemBytes();
+  // cuDNN: Y = conv(X, W) + beta * Y, with Y holding the bias broadcast
+  // first (beta 1) so that the sum is rounded once, as below.
+  std::vector<CudnnConvCall> calls = {
+      cudnnCall(CudnnConvCall::Forward, d, win, x.type, x.p, w.p, y.p)};
+  calls[0].beta = bias.present() ? 1.0f : 0.0f;
+  if (planCudnn(calls)) {
+    if (bias.present() && !copyKernel({d.N, d.M, d.P}, {0, 1, 0}, {d.M * d.P, d.P, 1}, bias.p,
+                                      y.p, es, error))
+      return false;
+    emitCudnn(calls);
+    return true;
+  }
   size_t perSample = static_cast<size_t>(d.G * d.rows * d.P) * es + static_cast<size_t>(d.M * d.P) * 4;
   int64_t nb = convChunk(d.N, perSample);
   void *col = ws_.alloc<uint8_t>(static_cast<int64_t>(d.G * d.rows * nb * d.P * es));
@@ -302,6 +361,18 @@ bool StepLowering::lowerConvGrad(std::string &error) {
       memset0(dx.p, static_cast<size_t>(dx.numel) * dx.elemBytes());
     if (dw.present())
       memset0(dw.p, static_cast<size_t>(dw.numel) * dw.elemBytes());
+    return true;
+  }
+  // cuDNN: dX and dW each in one call over the whole batch (fp32 sums,
+  // one rounding), when they have the operands' type.
+  std::vector<CudnnConvCall> calls;
+  if (dx.present())
+    calls.push_back(cudnnCall(CudnnConvCall::BackwardData, d, win, x.type, dx.p, w.p, dy.p));
+  if (dw.present())
+    calls.push_back(cudnnCall(CudnnConvCall::BackwardFilter, d, win, x.type, x.p, dw.p, dy.p));
+  bool sameTypes = (!dx.present() || dx.type == x.type) && (!dw.present() || dw.type == x.type);
+  if (sameTypes && planCudnn(calls)) {
+    emitCudnn(calls);
     return true;
   }
   size_t es = x.elemBytes();

@@ -50,6 +50,9 @@ std::unique_ptr<Backend> createCpuBackend(const CpuOptions &opts);
 
 struct CudaOptions {
   bool cudaGraph = true;
+  /// Convolutions through cuDNN when it loads (else, or when false, or with
+  /// AMPC_CUDNN=0 in the environment: im2col + cuBLAS).
+  bool cudnn = true;
   double memoryFraction = 0.9;
   uint64_t memoryLimit = 0; ///< bytes; 0 = no limit beyond the fraction
   std::string profilePath;  ///< Chrome trace of one step when not empty

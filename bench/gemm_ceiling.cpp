@@ -11,7 +11,10 @@
 //   - the machine's peak: a 2048^3 oneDNN GEMM in fp32 and in bf16, in
 //     GFLOP/s, so that FLOPs / peak bounds any step from below.
 //
-//   build/bin/ampc-bench-gemm-ceiling PLAN [THREADS]
+//   build/bin/ampc-bench-gemm-ceiling PLAN [THREADS] [--verbose]
+//
+// --verbose prints each GEMM step's shape and time on stderr, to compare with
+// the step's own time in `AMPC_CPU_PROFILE=1 amp-run`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -146,6 +149,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   omp_set_num_threads(argc > 2 ? std::atoi(argv[2]) : 2);
+  bool verbose = argc > 3 && std::string(argv[3]) == "--verbose";
   plan::Plan p;
   std::string error;
   if (!rt::readPlanFile(argv[1], p, error)) {
@@ -171,7 +175,13 @@ int main(int argc, char **argv) {
         return 1;
       }
       gemmFlops += g.flops();
-      ceiling += timeGemm(g, 5);
+      double t = timeGemm(g, 5);
+      ceiling += t;
+      if (verbose)
+        std::fprintf(stderr, "%8.3f ms  %s [%lld] %lldx%lldx%lld%s%s %s\n", t * 1e3, s.op().c_str(),
+                     static_cast<long long>(g.batch), static_cast<long long>(g.M),
+                     static_cast<long long>(g.K), static_cast<long long>(g.N),
+                     g.ta ? " transA" : "", g.tb ? " transB" : "", s.name().c_str());
       ++gemms;
     } else if (s.op() == "Conv") {
       convFlops += 2 * convMacs(shapeOf(p, s.outputs(0)), shapeOf(p, s.inputs(1)));

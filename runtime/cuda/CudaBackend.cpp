@@ -3,7 +3,9 @@
 // Memory: one device allocation each for the arena (its size from the plan),
 // the state, the constants, the step workspace and the input staging buffers.
 // Work: every program is lowered once (Lowering.cpp) to a list of launches
-// enqueued on one stream, with no host synchronisation inside a step; after
+// enqueued on one stream, with no host synchronisation inside a step; GEMMs
+// go through cuBLASLt where it planned them at load (CublasLt.cpp), else
+// through cuBLAS; after
 // a warm-up run the list is captured as a CUDA graph and replayed. Inputs:
 // write() copies a batch into pinned host memory and from there, on a second
 // stream, into a device staging buffer; run() waits for that copy and moves

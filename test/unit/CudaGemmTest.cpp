@@ -363,8 +363,8 @@ TEST(CudaGemmLayouts, TransposedAndBatchedCalls) {
         EXPECT_EQ(d.epilogue, GemmEpilogue::None);
         EXPECT_EQ(d.bias, nullptr);
       }
-  // The bias's own alignment; fp32 results may reduce split-K partial sums
-  // in the output type; fp16 operands with an fp32 result (convolutions) too.
+  // The bias; an unaligned C; fp32 results may reduce split-K partial sums in
+  // the output type, fp16 operands with an fp32 result (convolutions) too.
   rcuda::GemmCall g = rcuda::rowMajorGemm(4, 8, 16, a, 16, false, b, 8, false, y + 3, 8);
   g.abType = fused::F16;
   g.cType = fused::F32;
@@ -373,7 +373,7 @@ TEST(CudaGemmLayouts, TransposedAndBatchedCalls) {
   rcuda::LtGemm d;
   std::string why;
   ASSERT_TRUE(rcuda::describeLtGemm(g, d, why)) << why;
-  EXPECT_EQ(d.biasAlign, 8u);
+  EXPECT_EQ(d.bias, bias + 4);
   EXPECT_EQ(d.c.align, 2u);
   EXPECT_EQ(d.c.type, fused::F32);
   EXPECT_EQ(d.a.type, fused::F16);

@@ -141,10 +141,8 @@ bool describeLtGemm(const GemmCall &g, LtGemm &out, std::string &why) {
   out.b = matrix(g.abType, g.transB, g.k, g.n, g.ldb, g.strideB, g.B, ab);
   out.c = matrix(g.cType, false, g.m, g.n, g.ldc, g.strideC, g.C, cb);
   out.epilogue = g.epilogue;
-  if (hasBias(g.epilogue)) {
+  if (hasBias(g.epilogue))
     out.bias = g.bias;
-    out.biasAlign = batchAlignment(g.bias, 0, cb, 1);
-  }
   out.outputTypeReduction = g.cType == FusedElem::F32;
   return true;
 }

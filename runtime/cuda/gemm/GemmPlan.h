@@ -50,8 +50,7 @@ struct LtGemm {
   bool transA = false, transB = false;
   LtMatrix a, b, c;
   GemmEpilogue epilogue = GemmEpilogue::None;
-  const void *bias = nullptr;
-  uint32_t biasAlign = 0;
+  const void *bias = nullptr; ///< the heuristic reads its alignment from the descriptor
   /// Split-K partial sums may be reduced in the output type (cuBLASLt's
   /// INPLACE and OUTPUT_TYPE schemes) only for fp32 results: for fp16/bf16
   /// that would round every partial sum, not the result once.

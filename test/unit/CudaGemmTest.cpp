@@ -317,6 +317,42 @@ TEST(CudaGemmPlan, ReluRunsAsTheEpilogueOnlyWhenNothingElseReadsTheProduct) {
   }
 }
 
+/// The memory planner runs a Relu in place by making one of the two tensors
+/// a view of the other; either way the GEMM may write the Relu's result. A
+/// result on the bytes of an operand may not.
+TEST(CudaGemmPlan, InPlaceReluEitherWayButNotOverAnOperand) {
+  plan::Plan p;
+  ASSERT_TRUE(planOf(model("float", "y = Gemm <transB = 1> (a, w, c)\nr = Relu(y)", "float[6,10] r"),
+                     true, p));
+  const plan::Program &prog = p.programs(0);
+  ASSERT_EQ(prog.steps_size(), 2);
+  int y = prog.steps(0).outputs(0), r = prog.steps(1).outputs(0);
+  auto fusedSteps = [&](const plan::Plan &q) {
+    std::vector<int> relu = rcuda::reluEpilogueSteps(q, q.programs(0));
+    return relu[0] == 1 ? 1 : 0;
+  };
+  ASSERT_TRUE(p.tensors(y).has_view_of() && p.tensors(y).view_of() == r)
+      << "the planner no longer runs this Relu in place; the flipped case below needs it";
+  EXPECT_EQ(fusedSteps(p), 1);
+  // The result a view of the product.
+  plan::Plan flipped = p;
+  plan::Tensor &fy = *flipped.mutable_tensors(y), &fr = *flipped.mutable_tensors(r);
+  fy.clear_view_of();
+  fy.set_storage(fr.storage());
+  fy.set_offset(fr.offset());
+  fr.set_view_of(y);
+  EXPECT_EQ(fusedSteps(flipped), 1);
+  // The result moved onto the bytes of operand a.
+  plan::Plan clash = p;
+  int a = prog.steps(0).inputs(0);
+  clash.mutable_tensors(r)->set_offset(p.tensors(a).offset() + 64);
+  EXPECT_EQ(fusedSteps(clash), 0);
+  // The product a view of another tensor: its bytes are not the result's.
+  plan::Plan other = p;
+  other.mutable_tensors(y)->set_view_of(a);
+  EXPECT_EQ(fusedSteps(other), 0);
+}
+
 //===----------------------------------------------------------------------===//
 // cuBLASLt descriptions
 //===----------------------------------------------------------------------===//

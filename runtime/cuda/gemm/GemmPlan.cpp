@@ -56,8 +56,8 @@ bool isRelu(const plan::Step &t) {
 }
 
 /// How many times tensor `id` is read or bound anywhere in the plan, views
-/// of it counted as reads.
-int usesOf(const plan::Plan &p, int id) {
+/// of it other than `except` counted as reads.
+int usesOf(const plan::Plan &p, int id, int except) {
   int uses = 0;
   for (const plan::Program &prog : p.programs()) {
     for (const plan::Step &s : prog.steps())
@@ -71,7 +71,7 @@ int usesOf(const plan::Plan &p, int id) {
       uses += (u.state() == id) + (u.updated() == id);
   }
   for (const plan::Tensor &t : p.tensors())
-    uses += t.has_view_of() && t.view_of() == id;
+    uses += t.has_view_of() && t.view_of() == id && &t != &p.tensors(except);
   return uses;
 }
 
@@ -87,12 +87,13 @@ std::vector<int> reluEpilogueSteps(const plan::Plan &p, const plan::Program &pro
     if (h < 0 || r < 0 || t.inputs(0) != h || h >= p.tensors_size() || r >= p.tensors_size())
       continue;
     // The memory planner may run the Relu in place, making the product a
-    // view of its result: the GEMM then writes those bytes either way.
+    // view of its result or the other way round: the GEMM then writes those
+    // bytes either way.
     const plan::Tensor &ht = p.tensors(h), &rt = p.tensors(r);
     if ((ht.has_view_of() && baseOf(p, h) != baseOf(p, r)) ||
         p.tensors(baseOf(p, h)).storage() != plan::ARENA || rt.type() != ht.type() ||
         planNumElements(rt) != planNumElements(ht) || planNumElements(ht) == 0 ||
-        usesOf(p, h) != 1)
+        usesOf(p, h, r) != 1)
       continue;
     bool ok = true;
     for (int in : g.inputs())

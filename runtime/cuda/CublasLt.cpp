@@ -130,8 +130,12 @@ void LtGemms::release(Plan &p) const {
   p = Plan();
 }
 
+bool LtGemms::open(std::string &why) {
+  return api_.matmul || openCublasLt(cublasLtCandidates(), api_, why);
+}
+
 bool LtGemms::init(std::string &why) {
-  if (!openCublasLt(cublasLtCandidates(), api_, why))
+  if (!open(why))
     return false;
   cublasStatus_t s = api_.create(&handle_);
   if (s != CUBLAS_STATUS_SUCCESS) {
@@ -142,71 +146,102 @@ bool LtGemms::init(std::string &why) {
   return true;
 }
 
-int32_t LtGemms::plan(const GemmCall &g) {
+bool LtGemms::build(const GemmCall &g, Plan &p, cublasLtMatmulPreference_t &pref,
+                    std::string &why) {
   LtGemm d;
-  std::string why;
-  if (!handle_ || !describeLtGemm(g, d, why))
-    return -1;
-  Plan p;
-  bool ok = true;
-  auto check = [&](cublasStatus_t s) { ok = ok && s == CUBLAS_STATUS_SUCCESS; };
-  auto layout = [&](const LtMatrix &m, cublasLtMatrixLayout_t &l) {
-    check(api_.layoutCreate(&l, ltType(m.type), m.rows, m.cols, m.ld));
-    if (ok && m.batch > 1) {
-      check(api_.layoutSet(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &m.batch, sizeof m.batch));
-      check(api_.layoutSet(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.stride,
-                           sizeof m.stride));
-    }
+  if (!describeLtGemm(g, d, why))
+    return false;
+  // Every call checked; the first failure named.
+  auto ok = [&](cublasStatus_t s, const char *call) {
+    if (s != CUBLAS_STATUS_SUCCESS && why.empty())
+      why = std::string(call) + ": " + cublasStatusString(s);
+    return s == CUBLAS_STATUS_SUCCESS;
   };
-  check(api_.descCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  if (ok) {
-    int32_t ta = d.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
-    uint32_t epilogue = ltEpilogue(d.epilogue);
-    check(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    check(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    check(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (d.bias) {
-      // The heuristic reads the pointer's alignment; the bias has C's type.
-      int32_t biasType = ltType(d.c.type);
-      check(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d.bias, sizeof d.bias));
-      check(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType,
-                         sizeof biasType));
-    }
+  why.clear();
+  auto layout = [&](const LtMatrix &m, cublasLtMatrixLayout_t &l) {
+    if (!ok(api_.layoutCreate(&l, ltType(m.type), m.rows, m.cols, m.ld),
+            "cublasLtMatrixLayoutCreate"))
+      return false;
+    return m.batch == 1 ||
+           (ok(api_.layoutSet(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &m.batch, sizeof m.batch),
+               "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)") &&
+            ok(api_.layoutSet(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &m.stride,
+                              sizeof m.stride),
+               "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)"));
+  };
+  int32_t ta = d.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  uint32_t epilogue = ltEpilogue(d.epilogue);
+  // The heuristic reads the bias pointer's alignment; the bias has C's type.
+  int32_t biasType = ltType(d.c.type);
+  uint64_t ws = wsBytes_;
+  uint32_t schemes = d.outputTypeReduction ? uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
+                                           : uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE) |
+                                                 uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
+  bool built =
+      ok(api_.descCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate") &&
+      ok(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta),
+         "cublasLtMatmulDescSetAttribute(TRANSA)") &&
+      ok(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb),
+         "cublasLtMatmulDescSetAttribute(TRANSB)") &&
+      ok(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+         "cublasLtMatmulDescSetAttribute(EPILOGUE)") &&
+      (!d.bias ||
+       (ok(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &d.bias, sizeof d.bias),
+           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)") &&
+        ok(api_.descSet(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &biasType, sizeof biasType),
+           "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)"))) &&
+      layout(d.a, p.a) && layout(d.b, p.b) && layout(d.c, p.c) &&
+      ok(api_.prefCreate(&pref), "cublasLtMatmulPreferenceCreate") &&
+      ok(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+         "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)") &&
+      ok(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes),
+         "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)") &&
+      ok(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &d.a.align,
+                      sizeof d.a.align),
+         "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)") &&
+      ok(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &d.b.align,
+                      sizeof d.b.align),
+         "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)") &&
+      ok(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d.c.align,
+                      sizeof d.c.align),
+         "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)") &&
+      ok(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d.c.align,
+                      sizeof d.c.align),
+         "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+  if (!built) {
+    release(p);
+    if (pref)
+      api_.prefDestroy(pref);
+    pref = nullptr;
   }
-  if (ok)
-    layout(d.a, p.a);
-  if (ok)
-    layout(d.b, p.b);
-  if (ok)
-    layout(d.c, p.c);
+  return built;
+}
+
+bool LtGemms::describe(const GemmCall &g, std::string &why) {
+  if (!api_.matmul) {
+    why = "cuBLASLt is not open";
+    return false;
+  }
+  Plan p;
   cublasLtMatmulPreference_t pref = nullptr;
-  if (ok)
-    check(api_.prefCreate(&pref));
-  if (ok) {
-    uint64_t ws = wsBytes_;
-    uint32_t schemes = d.outputTypeReduction
-                           ? uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
-                           : uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE) |
-                                 uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE);
-    check(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    check(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                       sizeof schemes));
-    check(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &d.a.align,
-                       sizeof d.a.align));
-    check(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &d.b.align,
-                       sizeof d.b.align));
-    check(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &d.c.align,
-                       sizeof d.c.align));
-    check(api_.prefSet(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d.c.align,
-                       sizeof d.c.align));
-  }
+  if (!build(g, p, pref, why))
+    return false;
+  release(p);
+  api_.prefDestroy(pref);
+  return true;
+}
+
+int32_t LtGemms::plan(const GemmCall &g) {
+  Plan p;
+  cublasLtMatmulPreference_t pref = nullptr;
+  std::string why;
+  if (!handle_ || !build(g, p, pref, why))
+    return -1;
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  if (ok)
-    check(api_.heuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found));
-  if (pref)
-    api_.prefDestroy(pref);
-  if (!ok || found < 1 || result.state != CUBLAS_STATUS_SUCCESS ||
+  cublasStatus_t s = api_.heuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  api_.prefDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS || found < 1 || result.state != CUBLAS_STATUS_SUCCESS ||
       result.workspaceSize > wsBytes_) {
     release(p);
     return -1;

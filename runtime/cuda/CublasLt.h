@@ -60,9 +60,16 @@ public:
   LtGemms &operator=(const LtGemms &) = delete;
   ~LtGemms();
 
-  /// Opens the library (cublasLtCandidates) and creates the handle; false
-  /// with why, and then plan() plans nothing.
+  /// Opens the library (cublasLtCandidates); false with why.
+  bool open(std::string &why);
+  /// open(), then creates the handle; false with why, and then plan() plans
+  /// nothing.
   bool init(std::string &why);
+  /// Makes, then releases, what plan() hands the heuristic for `g`: the
+  /// matmul descriptor, the layouts and the preference with every attribute
+  /// set (no handle, so no GPU, needed); false naming the first call that
+  /// fails or why describeLtGemm refused `g`. Needs open().
+  bool describe(const GemmCall &g, std::string &why);
   /// The workspace every planned call may use (one block: the calls run one
   /// after another on one stream). Set before planning.
   void setWorkspace(void *p, size_t bytes) {
@@ -83,6 +90,9 @@ private:
     cublasLtMatmulAlgo_t algo{};
     size_t wsBytes = 0;
   };
+  /// The descriptors and preference of `g` (describe, plan); on failure
+  /// nothing is left to release.
+  bool build(const GemmCall &g, Plan &p, cublasLtMatmulPreference_t &pref, std::string &why);
   void release(Plan &p) const;
 
   CublasLtApi api_;

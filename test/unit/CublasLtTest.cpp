@@ -89,6 +89,8 @@ TEST(CublasLt, AMissingPathTurnsItOffWithOneLine) {
   EXPECT_EQ(api.matmul, nullptr);
   rcuda::LtGemms lt;
   std::string initWhy;
+  EXPECT_FALSE(lt.open(initWhy));
+  EXPECT_EQ(initWhy, why);
   EXPECT_FALSE(lt.init(initWhy));
   EXPECT_EQ(initWhy, why);
   // Nothing is planned: every GEMM keeps cublasGemmStridedBatchedEx.
@@ -133,6 +135,65 @@ TEST(CublasLt, HandleCreationWithoutAGpuFailsCleanly) {
   EXPECT_EQ(lt.plan(g), -1);
 }
 
+struct Case {
+  int64_t M, N, K, batch;
+  bool ta, tb;
+  rcuda::GemmEpilogue epilogue;
+};
+const Case kCases[] = {{64, 96, 80, 1, false, false, rcuda::GemmEpilogue::None},
+                       {33, 17, 129, 1, true, false, rcuda::GemmEpilogue::Bias},
+                       {40, 24, 56, 1, false, true, rcuda::GemmEpilogue::BiasRelu},
+                       {16, 48, 32, 3, true, true, rcuda::GemmEpilogue::Relu},
+                       {8, 8, 1024, 4, false, false, rcuda::GemmEpilogue::None}};
+
+/// Case `c` of type `t` as a record on the given buffers.
+rcuda::GemmCall caseCall(const Case &c, uint8_t t, const void *A, const void *B, const void *bias,
+                         void *Y) {
+  rcuda::GemmCall g = rcuda::rowMajorGemm(c.M, c.N, c.K, A, c.ta ? c.M : c.K, c.ta, B,
+                                          c.tb ? c.K : c.N, c.tb, Y, c.N);
+  g.batch = c.batch;
+  g.strideA = c.K * c.N;
+  g.strideB = c.M * c.K;
+  g.strideC = c.M * c.N;
+  g.abType = g.cType = t;
+  g.epilogue = c.epilogue;
+  g.bias = rcuda::hasBias(c.epilogue) ? bias : nullptr;
+  return g;
+}
+
+/// Without a GPU cuBLASLt still makes descriptors, layouts and preferences,
+/// and checks every attribute's size: what plan() hands the heuristic is
+/// accepted, for every type, transposition, batch, epilogue and alignment.
+TEST(CublasLt, DescriptorsOfEveryKindOfRecordAreAccepted) {
+  if (!toolkitHasCublasLt())
+    GTEST_SKIP() << "no cuBLASLt in the toolkit's folders";
+  ::unsetenv("AMPC_CUBLASLT_PATH");
+  rcuda::LtGemms lt;
+  std::string why;
+  ASSERT_TRUE(lt.open(why)) << why;
+  lt.setWorkspace(nullptr, rcuda::ltWorkspaceBytes(9));
+  alignas(256) static uint16_t buf[4][8192];
+  for (uint8_t t : {fused::F32, fused::F16, fused::BF16})
+    for (const Case &c : kCases)
+      for (int offset : {0, 1}) { // 256-byte and 2-byte aligned operands
+        rcuda::GemmCall g = caseCall(c, t, buf[0] + offset, buf[1] + offset, buf[2] + offset,
+                                     buf[3] + offset);
+        EXPECT_TRUE(lt.describe(g, why))
+            << why << " (" << c.M << "x" << c.N << "x" << c.K << " type " << int(t) << ")";
+      }
+  // fp16 operands with an fp32 result (convolutions).
+  rcuda::GemmCall g = caseCall(kCases[0], fused::F16, buf[0], buf[1], nullptr, buf[3]);
+  g.cType = fused::F32;
+  EXPECT_TRUE(lt.describe(g, why)) << why;
+  // A record that stays on cuBLAS says why.
+  g.strideB = 0;
+  g.batch = 2;
+  EXPECT_FALSE(lt.describe(g, why));
+  EXPECT_EQ(why, "a batch broadcast through a zero stride");
+  // Nothing is planned without a handle.
+  EXPECT_EQ(lt.plan(caseCall(kCases[0], fused::F32, buf[0], buf[1], nullptr, buf[3])), -1);
+}
+
 //===----------------------------------------------------------------------===//
 // On a GPU: planned cuBLASLt calls against the reference GEMM
 //===----------------------------------------------------------------------===//
@@ -168,18 +229,8 @@ TEST(CublasLtDevice, PlannedCallsMatchTheReferenceGemm) {
   DeviceBuffer ws(wsBytes);
   lt.setWorkspace(ws.p, wsBytes);
   std::mt19937 rng(11);
-  struct Case {
-    int64_t M, N, K, batch;
-    bool ta, tb;
-    rcuda::GemmEpilogue epilogue;
-  };
-  const Case cases[] = {{64, 96, 80, 1, false, false, rcuda::GemmEpilogue::None},
-                        {33, 17, 129, 1, true, false, rcuda::GemmEpilogue::Bias},
-                        {40, 24, 56, 1, false, true, rcuda::GemmEpilogue::BiasRelu},
-                        {16, 48, 32, 3, true, true, rcuda::GemmEpilogue::Relu},
-                        {8, 8, 1024, 4, false, false, rcuda::GemmEpilogue::None}};
   for (uint8_t t : {fused::F32, fused::F16, fused::BF16})
-    for (const Case &c : cases) {
+    for (const Case &c : kCases) {
       SCOPED_TRACE(std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) +
                    " type " + std::to_string(t));
       int64_t nA = c.batch * c.M * c.K, nB = c.batch * c.K * c.N, nY = c.batch * c.M * c.N;
@@ -190,19 +241,7 @@ TEST(CublasLtDevice, PlannedCallsMatchTheReferenceGemm) {
       ASSERT_EQ(cudaMemcpy(dB.p, b.data(), b.size(), cudaMemcpyHostToDevice), cudaSuccess);
       ASSERT_EQ(cudaMemcpy(dBias.p, bias.data(), bias.size(), cudaMemcpyHostToDevice),
                 cudaSuccess);
-      auto call = [&](const void *A, const void *B, const void *Bias, void *Y) {
-        rcuda::GemmCall g = rcuda::rowMajorGemm(c.M, c.N, c.K, A, c.ta ? c.M : c.K, c.ta, B,
-                                                c.tb ? c.K : c.N, c.tb, Y, c.N);
-        g.batch = c.batch;
-        g.strideA = c.K * c.N;
-        g.strideB = c.M * c.K;
-        g.strideC = c.M * c.N;
-        g.abType = g.cType = t;
-        g.epilogue = c.epilogue;
-        g.bias = rcuda::hasBias(c.epilogue) ? Bias : nullptr;
-        return g;
-      };
-      rcuda::GemmCall g = call(dA.p, dB.p, dBias.p, dY.p);
+      rcuda::GemmCall g = caseCall(c, t, dA.p, dB.p, dBias.p, dY.p);
       g.lt = lt.plan(g);
       ASSERT_GE(g.lt, 0) << "cuBLASLt found no algorithm";
       ASSERT_EQ(lt.run(g, nullptr), CUBLAS_STATUS_SUCCESS);
@@ -211,7 +250,7 @@ TEST(CublasLtDevice, PlannedCallsMatchTheReferenceGemm) {
       std::vector<uint8_t> ref(y.size(), 0);
       rcuda::Launch l;
       l.kind = rcuda::Launch::Gemm;
-      l.gemm = call(a.data(), b.data(), bias.data(), ref.data());
+      l.gemm = caseCall(c, t, a.data(), b.data(), bias.data(), ref.data());
       rcuda::emulateLaunch(l);
       // fp32: sums in another order; fp16/bf16: one ulp of the result.
       double ulp = t == fused::F16 ? std::ldexp(1.0, -10) : t == fused::BF16 ? std::ldexp(1.0, -7) : 0;

@@ -3,7 +3,9 @@
 // Memory: one device allocation each for the arena (its size from the plan),
 // the state, the constants, the step workspace and the input staging buffers.
 // Work: every program is lowered once (Lowering.cpp) to a list of launches
-// enqueued on one stream, with no host synchronisation inside a step; after
+// enqueued on one stream, with no host synchronisation inside a step; GEMMs
+// go through cuBLASLt where it planned them at load (CublasLt.cpp), else
+// through cuBLAS; after
 // a warm-up run the list is captured as a CUDA graph and replayed. Inputs:
 // write() copies a batch into pinned host memory and from there, on a second
 // stream, into a device staging buffer; run() waits for that copy and moves
@@ -15,6 +17,7 @@
 
 #include "CublasLoader.h"
 #include "CudnnRunner.h"
+#include "CublasLt.h"
 #include "KernelLaunch.h"
 #include "Lowering.h"
 
@@ -184,6 +187,7 @@ public:
       return false;
     name_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
+    smMajor_ = prop.major;
     if (!check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate",
                error) ||
         !check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate", error))
@@ -195,6 +199,16 @@ public:
     if (!checkBlas(cublasCreate(&cublas_), "cublasCreate", error) ||
         !checkBlas(cublasSetStream(cublas_, compute_), "cublasSetStream", error))
       return false;
+    // cuBLASLt is optional: without it every GEMM runs through cuBLAS.
+    if (std::string why; !lt_.init(why)) {
+      static bool said = false;
+      if (!said)
+        std::fprintf(stderr, "amp-run: note: %s; GEMMs run through cublasGemmStridedBatchedEx\n",
+                     why.c_str());
+      said = true;
+    } else {
+      ltReady_ = true;
+    }
     debugSync_ = std::getenv("AMPC_CUDA_SYNC") != nullptr;
     // cuDNN is optional: without it convolutions use im2col + cuBLAS.
     const char *off = std::getenv("AMPC_CUDNN");
@@ -240,12 +254,13 @@ public:
     size_t freeBytes = 0, totalBytes = 0;
     if (!check(cudaMemGetInfo(&freeBytes, &totalBytes), "cudaMemGetInfo", error))
       return false;
+    size_t ltBytes = ltReady_ ? cuda::ltWorkspaceBytes(smMajor_) : 0;
     uint64_t needed = layout_.arenaBytes + layout_.stateBytes + layout_.constantBytes + wsBytes +
-                      bucketBytes + stagingBytes + kCublasWorkspace;
+                      bucketBytes + stagingBytes + kCublasWorkspace + ltBytes;
     std::string breakdown = "arena " + std::to_string(layout_.arenaBytes) + ", state " +
                             std::to_string(layout_.stateBytes) + ", constants " +
                             std::to_string(layout_.constantBytes) + ", workspace " +
-                            std::to_string(wsBytes + bucketBytes + kCublasWorkspace) +
+                            std::to_string(wsBytes + bucketBytes + kCublasWorkspace + ltBytes) +
                             ", input staging " +
                             std::to_string(stagingBytes);
     if (!cuda::checkDeviceMemory(needed, breakdown, totalBytes, opts_.memoryFraction,
@@ -261,8 +276,10 @@ public:
         !allocate(constants_, layout_.constantBytes, "the constants", error) ||
         !allocate(workspace_, wsBytes, "the workspace", error) ||
         !allocate(cublasWs_, kCublasWorkspace, "the cuBLAS workspace", error) ||
-        !allocate(staging_, stagingBytes, "the input staging buffers", error))
+        !allocate(staging_, stagingBytes, "the input staging buffers", error) ||
+        (ltBytes && !allocate(ltWs_, ltBytes, "the cuBLASLt workspace", error)))
       return false;
+    lt_.setWorkspace(ltWs_.p, ltBytes);
     if (!checkBlas(cublasSetWorkspace(cublas_, cublasWs_.p, kCublasWorkspace),
                    "cublasSetWorkspace", error))
       return false;
@@ -325,6 +342,14 @@ public:
       size_t ws = 0;
       if (!cuda::lowerProgram(plan_, i, mem, programs_[i], ws, error))
         return false;
+      // Every GEMM's cuBLASLt plan, chosen once; epilogues without one are
+      // rewritten as plain launches.
+      if (!cuda::resolveGemms(
+              programs_[i], [&](const GemmCall &g) { return ltReady_ ? lt_.plan(g) : -1; },
+              error)) {
+        error = "program '" + plan_.programs(i).name() + "' " + error;
+        return false;
+      }
       for (const Launch &l : programs_[i])
         if (!checkGemmLimits(l, i, error))
           return false;
@@ -480,6 +505,11 @@ private:
       break;
     case Launch::Gemm: {
       const GemmCall &g = l.gemm;
+      if (g.lt >= 0) {
+        if (!checkBlas(lt_.run(g, compute_), where(program, l) + ": cublasLtMatmul", error))
+          return false;
+        break;
+      }
       cublasStatus_t s = cublasGemmStridedBatchedEx(
           cublas_, g.transA ? CUBLAS_OP_T : CUBLAS_OP_N, g.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), &g.alpha, g.A,
@@ -710,9 +740,12 @@ private:
   cublasHandle_t cublas_ = nullptr;
   std::unique_ptr<cuda::CudnnRunner> cudnn_; ///< null: convolutions as im2col
   std::string cudnnWhy_;                     ///< why cudnn_ is null
+  cuda::LtGemms lt_;
+  bool ltReady_ = false;
+  int smMajor_ = 0;
   plan::Plan plan_;
   cuda::MemoryLayout layout_;
-  DeviceBlock arena_, state_, constants_, workspace_, cublasWs_, staging_;
+  DeviceBlock arena_, state_, constants_, workspace_, cublasWs_, staging_, ltWs_;
   uint8_t *pinned_ = nullptr;
   std::vector<Staged> staged_;
   std::map<int, int> stagedIndex_;             ///< tensor -> staged_

@@ -4,10 +4,10 @@
 // (threads of a launch never depend on each other, so any order is what the
 // GPU may do); row launches run each row lane by lane in the order the GPU's
 // warp shuffles combine them (runRowOnHost, RowKernels.h); GEMMs are
-// reference loops with cuBLAS's column-major semantics and fp32
-// accumulation; cuDNN convolutions are a CPU reference (referenceCudnnConv:
-// fp32 sums, one rounding, as cuDNN promises). The backend lays memory out as
-// the CUDA backend does and runs
+// reference loops with cuBLAS's column-major semantics, fp32 accumulation
+// and cuBLASLt's bias and Relu epilogues; cuDNN convolutions are a CPU
+// reference (referenceCudnnConv: fp32 sums, one rounding, as cuDNN
+// promises). The backend lays memory out as the CUDA backend does and runs
 // the same launch lists, so tests exercise everything the CUDA backend
 // decides, except the CUDA API calls themselves.
 //
@@ -45,6 +45,11 @@ void emulateGemm(const GemmCall &g) {
         float r = g.alpha * acc;
         if (g.beta != 0.0f)
           r += g.beta * loadElem(g.cType, C, at);
+        // cuBLASLt's epilogue, in fp32 before the one rounding.
+        if (hasBias(g.epilogue))
+          r += loadElem(g.cType, g.bias, i);
+        if (hasRelu(g.epilogue))
+          r = math::relu(r);
         storeFromFloat(g.cType, C, at, r);
       }
   }

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "StepLowering.h"
+#include "gemm/GemmPlan.h"
 
 #include "ampc/rt/FusedOps.h"
 #include "ampc/rt/PlanFile.h"
@@ -337,9 +338,15 @@ bool lowerProgram(const plan::Plan &p, int index, const DeviceMemory &mem,
   }
   const plan::Program &prog = p.programs(index);
   out.clear();
+  // Relu steps that run as their GEMM's epilogue launch nothing themselves.
+  std::vector<int> relu = reluEpilogueSteps(p, prog);
   for (int s = 0; s < prog.steps_size(); ++s) {
+    if (s > 0 && relu[s - 1] == s)
+      continue;
     const plan::Step &step = prog.steps(s);
     StepLowering lowering(p, step, mem, out, s);
+    if (relu[s] >= 0)
+      lowering.fuseRelu(prog.steps(relu[s]).outputs(0));
     std::string why;
     if (!lowering.lower(why)) {
       error = "program '" + prog.name() + "' step " + std::to_string(s) + " (" + step.op() +
@@ -372,7 +379,9 @@ std::string describeLaunch(const Launch &l) {
                     std::to_string(g.k);
     if (g.batch > 1)
       s += " x" + std::to_string(g.batch);
-    return s;
+    static const char *epilogues[] = {"", " +bias", " relu", " +bias relu"};
+    s += epilogues[static_cast<int>(g.epilogue)];
+    return s + (g.lt >= 0 ? " (cuBLASLt)" : "");
   }
   case Launch::Memset:
     return "memset " + std::to_string(l.bytes) + " bytes";

@@ -25,11 +25,25 @@
 
 namespace ampc::rt::cuda {
 
+/// What a GEMM adds after the product, before its one rounding (cuBLASLt's
+/// epilogues): Bias adds bias[i] to row i of every column of C (a row-major
+/// result's row vector: Gemm's C of shape [N]); Relu, last, x < 0 ? 0 : x.
+enum class GemmEpilogue : uint8_t { None, Bias, Relu, BiasRelu };
+
+inline bool hasBias(GemmEpilogue e) {
+  return e == GemmEpilogue::Bias || e == GemmEpilogue::BiasRelu;
+}
+inline bool hasRelu(GemmEpilogue e) {
+  return e == GemmEpilogue::Relu || e == GemmEpilogue::BiasRelu;
+}
+
 /// One GEMM with cuBLAS semantics (column-major, batched with strides):
-///   C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b],  b < batch,
+///   C[b] = act(alpha * op(A[b]) * op(B[b]) + beta * C[b] + bias),  b < batch,
 /// op(A) m x k, op(B) k x n, C m x n; A and B of type abType (F32, F16 or
-/// BF16), C of cType (abType or F32); fp32 accumulation (CUBLAS_COMPUTE_32F).
-/// beta = 0 never reads C.
+/// BF16), C of cType (abType or F32); fp32 accumulation (CUBLAS_COMPUTE_32F),
+/// the epilogue in fp32, one rounding to cType. beta = 0 never reads C.
+/// Epilogues run through cuBLASLt; where it cannot take a call,
+/// gemm/GemmPlan.h's resolveGemms rewrites the call without one.
 struct GemmCall {
   bool transA = false, transB = false;
   int64_t m = 0, n = 0, k = 0, batch = 1;
@@ -38,6 +52,11 @@ struct GemmCall {
   int64_t lda = 0, ldb = 0, ldc = 0, strideA = 0, strideB = 0, strideC = 0;
   uint8_t abType = 0, cType = 0;
   float alpha = 1, beta = 0;
+  GemmEpilogue epilogue = GemmEpilogue::None;
+  const void *bias = nullptr; ///< Bias, BiasRelu: m packed elements of cType, every batch
+  /// Set by the CUDA backend at load: its cuBLASLt plan for this call (an
+  /// index), or -1 for cublasGemmStridedBatchedEx.
+  int32_t lt = -1;
 };
 
 /// Row-major Y[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * Y, where A is

@@ -120,6 +120,9 @@ public:
 
   bool lower(std::string &error);
   size_t workspaceUsed() const { return ws_.used(); }
+  /// The GEMM writes Relu of its result into tensor `resultId` (the next
+  /// step's result: gemm/GemmPlan.h, reluEpilogueSteps) instead of its own.
+  void fuseRelu(int resultId) { relu_ = operand(resultId); }
 
 private:
   Operand operand(int id) const {
@@ -341,6 +344,7 @@ private:
   int index_;
   Scratch ws_;
   std::vector<Operand> in_, outs_;
+  Operand relu_; ///< fuseRelu's result, if any
 };
 
 } // namespace ampc::rt::cuda

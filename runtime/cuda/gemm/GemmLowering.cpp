@@ -1,7 +1,11 @@
 //===- gemm/GemmLowering.cpp - MatMul and Gemm ----------------------------===//
 //
-// Lowers MatMul and Gemm to cuBLAS calls (GemmCall), with copies for
-// Gemm's bias.
+// Lowers MatMul and Gemm to GEMM records (GemmCall). Gemm's C joins as the
+// bias epilogue when it is a row vector added once (beta = 1): the product
+// plus the bias in fp32, rounded once, as the plan defines Gemm. Other Cs are
+// copied into Y first and added with beta. A Relu step right after the GEMM
+// may run as its epilogue (StepLowering::fuseRelu, gemm/GemmPlan.h); the
+// backend runs epilogues through cuBLASLt or rewrites them (resolveGemms).
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +28,9 @@ bool StepLowering::lowerMatMul(std::string &error) {
     return false;
   // transA / transB: the operand is stored with its last two axes exchanged
   // (the lowering folded a Transpose into the MatMul); cuBLAS reads it so.
+  GemmEpilogue act = relu_.present() ? GemmEpilogue::Relu : GemmEpilogue::None;
+  if (relu_.present())
+    y.p = relu_.p; // the Relu's result, same type and size (reluEpilogueSteps)
   bool ta = attrInt("transA", 0) != 0, tb = attrInt("transB", 0) != 0;
   if ((ta && a.rank() < 2) || (tb && b.rank() < 2)) {
     error = "a transposed MatMul operand needs rank 2 or more";
@@ -56,6 +63,7 @@ bool StepLowering::lowerMatMul(std::string &error) {
     g.strideC = sY;
     g.abType = y.type;
     g.cType = y.type;
+    g.epilogue = act;
     gemm(g);
   };
   int64_t pa = product(ba), pb = product(bb);
@@ -108,9 +116,21 @@ bool StepLowering::lowerGemm(std::string &error) {
   }
   float alpha = static_cast<float>(attrFloat("alpha", 1.0));
   float beta = static_cast<float>(attrFloat("beta", 1.0));
+  if (relu_.present())
+    y.p = relu_.p; // the Relu's result, same type and size (reluEpilogueSteps)
   if (y.numel == 0)
     return true;
-  if (c.present()) {
+  // C as the bias epilogue: a row vector (one value per column of Y) added
+  // once, the CPU backend's condition for oneDNN's bias.
+  bool asBias = false;
+  if (c.present() && K > 0 && beta == 1.0f && c.rank() <= 2) {
+    std::vector<int64_t> cs = c.shape;
+    cs.insert(cs.begin(), 2 - cs.size(), 1);
+    asBias = cs[0] == 1 && cs[1] == N;
+  }
+  if (asBias) {
+    beta = 0;
+  } else if (c.present()) {
     // C broadcast into Y, then Y = alpha * AB + beta * Y (one rounding).
     std::vector<int64_t> cs = c.shape;
     if (cs.size() > 2) {
@@ -145,6 +165,12 @@ bool StepLowering::lowerGemm(std::string &error) {
   g.cType = y.type;
   g.alpha = alpha;
   g.beta = beta;
+  if (asBias) {
+    g.epilogue = GemmEpilogue::Bias;
+    g.bias = c.p;
+  }
+  if (relu_.present())
+    g.epilogue = asBias ? GemmEpilogue::BiasRelu : GemmEpilogue::Relu;
   gemm(g);
   return true;
 }

@@ -16,6 +16,9 @@
 #include "CublasLoader.h"
 #include "KernelLaunch.h"
 #include "Lowering.h"
+#include "elementwise/FusedCodegen.h"
+#include "elementwise/FusedCompiler.h"
+#include "elementwise/FusedModules.h"
 
 #include "ampc/rt/Backend.h"
 #include "ampc/rt/Collective.h"
@@ -180,6 +183,7 @@ public:
     cudaDeviceProp prop;
     if (!check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", error))
       return false;
+    arch_ = prop.major * 10 + prop.minor;
     name_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     if (!check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "cudaStreamCreate",
@@ -319,6 +323,7 @@ public:
           return false;
       if (!prepareBuckets(programs_[i], error))
         return false;
+      compileFused(programs_[i]);
       for (const plan::Binding &b : plan_.programs(i).inputs())
         programInputs_[i].push_back(stagedIndex_.at(b.tensor()));
     }
@@ -501,12 +506,42 @@ private:
         return false;
       }
       break;
+    case Launch::CompiledFused:
+      if (!check(cuda::launchFusedKernel(l.compiled->handle, l.as<cuda::FusedKernelArgs>(),
+                                         l.threads, compute_),
+                 where(program, l) + ": compiled fused kernel launch", error))
+        return false;
+      break;
     }
     // AMPC_CUDA_SYNC=1: wait after every launch, so that a failing kernel
     // is reported with its step (debugging; graphs are off then).
     if (debugSync_)
       return check(cudaStreamSynchronize(compute_), where(program, l), error);
     return true;
+  }
+
+  /// The fused launches of `launches` whose program compiles (NVRTC for
+  /// this device, the disk cache) and loads run their own kernel; the others
+  /// stay interpreted, with one note for the plan (never an error).
+  /// AMPC_FUSED_INTERPRET=1 keeps them all interpreted.
+  void compileFused(std::vector<Launch> &launches) {
+    if (const char *v = std::getenv("AMPC_FUSED_INTERPRET"); v && *v && std::string(v) != "0")
+      return;
+    std::string cacheDir = cuda::fusedCacheDir();
+    fusedTable_.use(launches, [&](cuda::CompiledFusedKernel &k) {
+      std::string why;
+      cuda::FusedBinarySource from;
+      if (!cuda::fusedKernelBinary(k.source, arch_, cacheDir, k.binary, from, why) ||
+          !cuda::loadFusedKernel(k.binary, k.handle, why)) {
+        if (!fusedNoted_)
+          std::fprintf(stderr,
+                       "amp-run: note: fused steps run the interpreted kernel (%s)\n",
+                       why.substr(0, why.find('\n')).c_str());
+        fusedNoted_ = true;
+        return false;
+      }
+      return true;
+    });
   }
 
   bool ranks() const { return opts_.collective && opts_.collective->size() > 1; }
@@ -665,6 +700,9 @@ private:
   std::vector<void *> sides_;                                          // AllReduce buckets
   std::map<void *, std::pair<cudaEvent_t, cudaEvent_t>> buckets_;      // fork, join
   cublasHandle_t cublas_ = nullptr;
+  int arch_ = 0;                    ///< 90 for sm_90
+  cuda::FusedKernelTable fusedTable_; ///< compiled fused kernels (Launch::compiled)
+  bool fusedNoted_ = false;
   plan::Plan plan_;
   cuda::MemoryLayout layout_;
   DeviceBlock arena_, state_, constants_, workspace_, cublasWs_, staging_;

@@ -382,6 +382,8 @@ std::string describeLaunch(const Launch &l) {
     return "all-reduce " + std::to_string(l.bytes / 4) + " floats (start)";
   case Launch::AllReduceWait:
     return "all-reduce " + std::to_string(l.bytes / 4) + " floats (wait)";
+  case Launch::CompiledFused:
+    return "Fused kernel (compiled), " + std::to_string(l.threads) + " threads";
   case Launch::Kernel:
     break;
   }

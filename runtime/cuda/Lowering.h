@@ -24,6 +24,8 @@
 
 namespace ampc::rt::cuda {
 
+struct CompiledFusedKernel; // elementwise/FusedCodegen.h
+
 /// One GEMM with cuBLAS semantics (column-major, batched with strides):
 ///   C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b],  b < batch,
 /// op(A) m x k, op(B) k x n, C m x n; A and B of type abType (F32, F16 or
@@ -62,7 +64,10 @@ struct Launch {
   /// AllReduceWait, moved to just before the first step that reads an
   /// average, waits for it and copies `side` back to `dst`, whence the
   /// averages are unpacked. Between the two the backward pass goes on.
-  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce, AllReduceWait };
+  /// CompiledFused: a fused program's own kernel (elementwise/FusedCodegen.h),
+  /// `compiled`, with FusedKernelArgs; it replaces a Fused kernel launch at
+  /// plan load when the program compiled.
+  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce, AllReduceWait, CompiledFused };
   Kind kind = Kernel;
   KernelKind kernel = KernelKind::Fused;
   int64_t threads = 0; ///< Kernel: thread indices [0, threads)
@@ -74,6 +79,7 @@ struct Launch {
   int step = -1; ///< the step it belongs to (-1: state updates at the end)
   void *side = nullptr; ///< AllReduce(Wait): the bucket's own buffer (set by the backend)
   int bucket = -1;      ///< AllReduce(Wait): the pair's number within the program
+  const CompiledFusedKernel *compiled = nullptr; ///< CompiledFused: the kernel
 
   template <typename A> static Launch kernelOf(KernelKind k, const A &a, int64_t threads) {
     static_assert(std::is_trivially_copyable_v<A> && sizeof(A) <= kMaxArgBytes);
@@ -135,7 +141,9 @@ void emulateLaunch(const Launch &l);
 /// A Backend that executes the CUDA backend's launch lists on the host, with
 /// the same memory layout: what the GPU computes, up to the order of GEMM
 /// sums and the last bits of transcendental functions. For tests.
-std::unique_ptr<Backend> createCudaEmulatorBackend();
+/// `compiledFused`: fused launches become CompiledFused launches, as on a GPU
+/// where NVRTC compiled every program (run by runCompiledFusedOnHost).
+std::unique_ptr<Backend> createCudaEmulatorBackend(bool compiledFused = false);
 
 /// Readable name of a launch ("fused", "gemm 64x128x256 x4", "memcpy"), for
 /// profiles.

@@ -527,21 +527,13 @@ private:
   void compileFused(std::vector<Launch> &launches) {
     if (const char *v = std::getenv("AMPC_FUSED_INTERPRET"); v && *v && std::string(v) != "0")
       return;
-    std::string cacheDir = cuda::fusedCacheDir();
-    fusedTable_.use(launches, [&](cuda::CompiledFusedKernel &k) {
-      std::string why;
-      cuda::FusedBinarySource from;
-      if (!cuda::fusedKernelBinary(k.source, arch_, cacheDir, k.binary, from, why) ||
-          !cuda::loadFusedKernel(k.binary, k.handle, why)) {
-        if (!fusedNoted_)
-          std::fprintf(stderr,
-                       "amp-run: note: fused steps run the interpreted kernel (%s)\n",
-                       why.substr(0, why.find('\n')).c_str());
-        fusedNoted_ = true;
-        return false;
-      }
-      return true;
-    });
+    std::string note;
+    cuda::compileFusedLaunches(launches, fusedTable_, arch_, cuda::fusedCacheDir(),
+                               cuda::loadFusedKernel, note);
+    if (!note.empty() && !fusedNoted_)
+      std::fprintf(stderr, "amp-run: note: fused steps run the interpreted kernel (%s)\n",
+                   note.c_str());
+    fusedNoted_ = fusedNoted_ || !note.empty();
   }
 
   bool ranks() const { return opts_.collective && opts_.collective->size() > 1; }

@@ -37,6 +37,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -484,6 +485,63 @@ TEST(CudaFusedCodegen, CompiledLaunchRecords) {
   }
   EXPECT_EQ(used, fused);
   EXPECT_GT(fused, static_cast<int>(table.kernels().size())) << "programs are shared";
+}
+
+TEST(CudaFusedCodegen, ProgramsThatFailStayInterpretedWithOneNote) {
+  plan::Plan p;
+  ASSERT_TRUE(compilePlan("mlp", "fp16", "adamw", p));
+  const std::vector<rcuda::Launch> interpreted = lowerAll(p);
+  auto countCompiled = [](const std::vector<rcuda::Launch> &ls) {
+    return std::count_if(ls.begin(), ls.end(), [](const rcuda::Launch &l) {
+      return l.kind == rcuda::Launch::CompiledFused;
+    });
+  };
+  int loads = 0;
+  rcuda::FusedKernelLoader load = [&](const std::string &cubin, void *&handle, std::string &) {
+    ++loads;
+    handle = const_cast<char *>(cubin.data());
+    return true;
+  };
+  // No such architecture (or no NVRTC at all): nothing is compiled or
+  // loaded, one reason.
+  {
+    std::vector<rcuda::Launch> ls = interpreted;
+    rcuda::FusedKernelTable table;
+    std::string note;
+    EXPECT_EQ(rcuda::compileFusedLaunches(ls, table, 1, "", load, note), 0);
+    EXPECT_EQ(countCompiled(ls), 0);
+    EXPECT_EQ(loads, 0);
+    EXPECT_FALSE(note.empty());
+    EXPECT_EQ(note.find('\n'), std::string::npos) << note;
+  }
+  std::string why;
+  if (!rcuda::loadNvrtc(why))
+    GTEST_SKIP() << why;
+  // Compiled, but the device refuses the cubin: interpreted, the reason kept.
+  {
+    std::vector<rcuda::Launch> ls = interpreted;
+    rcuda::FusedKernelTable table;
+    std::string note;
+    rcuda::FusedKernelLoader refuse = [](const std::string &, void *&, std::string &w) {
+      w = "cudaLibraryLoadData: device kernel image is invalid";
+      return false;
+    };
+    EXPECT_EQ(rcuda::compileFusedLaunches(ls, table, 90, "", refuse, note), 0);
+    EXPECT_EQ(note, "cudaLibraryLoadData: device kernel image is invalid");
+  }
+  // Compiled and loaded: every fused launch runs its program's kernel.
+  std::vector<rcuda::Launch> ls = interpreted;
+  rcuda::FusedKernelTable table;
+  std::string note;
+  int used = rcuda::compileFusedLaunches(ls, table, 90, "", load, note);
+  EXPECT_TRUE(note.empty()) << note;
+  EXPECT_GT(used, 0);
+  EXPECT_EQ(countCompiled(ls), used);
+  EXPECT_EQ(loads, static_cast<int>(table.kernels().size()));
+  for (const rcuda::CompiledFusedKernel &k : table.kernels()) {
+    EXPECT_TRUE(k.ok);
+    EXPECT_EQ(k.handle, k.binary.data());
+  }
 }
 
 namespace {

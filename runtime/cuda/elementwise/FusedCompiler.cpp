@@ -10,7 +10,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "FusedCompiler.h"
-#include "FusedCodegen.h"
 
 #include "ampc/rt/DynamicLibrary.h"
 
@@ -276,6 +275,21 @@ bool fusedKernelBinary(const std::string &source, int arch, const std::string &c
   if (ec)
     fs::remove(tmp, ec);
   return true;
+}
+
+int compileFusedLaunches(std::vector<Launch> &launches, FusedKernelTable &table, int arch,
+                         const std::string &cacheDir, const FusedKernelLoader &load,
+                         std::string &note) {
+  return table.use(launches, [&](CompiledFusedKernel &k) {
+    std::string why;
+    FusedBinarySource from;
+    if (fusedKernelBinary(k.source, arch, cacheDir, k.binary, from, why) &&
+        load(k.binary, k.handle, why))
+      return true;
+    if (note.empty())
+      note = why.substr(0, why.find('\n'));
+    return false;
+  });
 }
 
 } // namespace ampc::rt::cuda

@@ -12,7 +12,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "FusedCodegen.h"
+
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace ampc::rt::cuda {
 
@@ -44,5 +48,18 @@ enum class FusedBinarySource { Compiled, Cache };
 /// costs a compilation. `cacheDir` "" disables the cache.
 bool fusedKernelBinary(const std::string &source, int arch, const std::string &cacheDir,
                        std::string &cubin, FusedBinarySource &from, std::string &error);
+
+/// Loads a cubin on the device: its kernel's handle, or false with why.
+using FusedKernelLoader =
+    std::function<bool(const std::string &cubin, void *&handle, std::string &why)>;
+
+/// What the CUDA backend does at plan load: every distinct fused program of
+/// `launches` gets its cubin for sm_<arch> (fusedKernelBinary) and is loaded
+/// with `load`, and its launches become CompiledFused launches. A program
+/// that does not compile or load stays interpreted, and `note` (if empty)
+/// gets the first line of why. Returns how many launches run compiled.
+int compileFusedLaunches(std::vector<Launch> &launches, FusedKernelTable &table, int arch,
+                         const std::string &cacheDir, const FusedKernelLoader &load,
+                         std::string &note);
 
 } // namespace ampc::rt::cuda

@@ -338,9 +338,8 @@ void compareOnRandomInputs(const rcuda::FusedArgs &program, HostKernel kernel, i
     n *= f.shape[d];
   Aligned mem;
   for (int k = 0; k < f.numInputs; ++k) {
-    int64_t count = f.in[k].kind == rcuda::FusedArgs::Contiguous ? n
-                    : f.in[k].kind == rcuda::FusedArgs::Scalar   ? 1
-                                                                 : 1;
+    // Contiguous: n elements; a scalar: one; strided: up to the last offset.
+    int64_t count = f.in[k].kind == rcuda::FusedArgs::Contiguous ? n : 1;
     if (f.in[k].kind == rcuda::FusedArgs::Strided)
       for (int d = 0; d < f.rank; ++d)
         count += (f.shape[d] - 1) * f.in[k].strides[d];

@@ -2,17 +2,15 @@
 //
 // runtime/cuda/elementwise/FusedCodegen.cpp turns each fused program into
 // CUDA C source, FusedCompiler.cpp compiles it with NVRTC (which needs no
-// GPU) and caches the cubin. Here, for every distinct fused program of the
+// GPU; CudaFusedCompilerTest.cpp) and caches the cubin. Here, for every distinct fused program of the
 // fixtures' training plans (mlp, cnn, transformer; fp32, fp16, bf16; SGD and
 // AdamW):
 //   - the source is deterministic and independent of addresses and shapes;
-//   - NVRTC compiles it for sm_90 (skipped only where NVRTC cannot be opened);
 //   - the generated text, compiled by the host's C++ compiler, computes on
 //     random inputs exactly the interpreter's bits (FusedArgs; any NaN for a
 //     NaN, whose sign the host compiler may pick), on the vector path with a
 //     partial last group and on the element-wise path (skipped where no
 //     compiler is installed);
-//   - the on-disk cache: miss, hit, damaged or foreign files recompiled;
 //   - the launch records, and the emulator running them through training
 //     steps bit for bit as the interpreted launches.
 // On a GPU, training steps with compiled kernels match the interpreted
@@ -21,11 +19,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "FixtureUtil.h"
+#include "FusedProgramsUtil.h"
 
-#include "ampc/IR/Graph.h"
-#include "ampc/Lower/Lower.h"
-#include "ampc/Pass/Pass.h"
-#include "ampc/Passes/Passes.h"
 #include "ampc/rt/Backend.h"
 #include "ampc/rt/Session.h"
 
@@ -37,7 +32,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -48,116 +42,16 @@
 #include <random>
 
 using namespace ampc;
+using namespace ampc::test;
 namespace rcuda = ampc::rt::cuda;
 namespace fs = std::filesystem;
 
-namespace {
-
-/// The fixture's training plan, as the CUDA backend tests compile it.
-bool compilePlan(const std::string &fixture, const std::string &precision,
-                 const std::string &optimizer, plan::Plan &out) {
-  registerAllPasses();
-  std::unique_ptr<Graph> g = test::loadFixtureModel(fixture);
-  std::vector<std::string> params;
-  for (const Value *v : g->initializers())
-    params.push_back(v->name());
-  std::string pipeline = "canonicalize,decompose,";
-  if (precision != "fp32")
-    pipeline += "autocast{dtype=" + precision + "},";
-  pipeline += "autodiff,loss-scale{mode=" +
-              std::string(precision == "fp16" ? "dynamic init=1024" : "none") +
-              "},optimizer{optimizer=" + optimizer + " lr=0.01},canonicalize";
-  if (precision != "fp32")
-    pipeline += ",cast-cache";
-  pipeline += ",remat";
-  PassManager pm;
-  PassContext ctx;
-  if (auto err = pm.addPipeline(pipeline)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  if (auto err = pm.run(*g, ctx)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  LowerOptions lo;
-  lo.modelParameters = params;
-  auto p = lowerToPlan(*g, lo);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return false;
-  }
-  out = std::move(*p);
-  return true;
-}
-
-/// The launches of every program of `p`, against placeholder addresses.
-std::vector<rcuda::Launch> lowerAll(const plan::Plan &p) {
-  static uint8_t fake[64];
-  rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake};
-  std::vector<rcuda::Launch> all, one;
-  for (int i = 0; i < p.programs_size(); ++i) {
-    size_t ws = 0;
-    std::string error;
-    EXPECT_TRUE(rcuda::lowerProgram(p, i, mem, one, ws, error)) << error;
-    all.insert(all.end(), one.begin(), one.end());
-  }
-  return all;
-}
-
-struct Program {
-  std::string source;
-  rcuda::FusedArgs args; ///< a launch of it (placeholder addresses)
-  std::string where;
-};
-
-/// Every distinct fused program of the fixtures' training plans.
-const std::vector<Program> &fixturePrograms() {
-  static const std::vector<Program> programs = [] {
-    std::vector<Program> out;
-    std::map<std::string, size_t> seen;
-    for (const char *f : {"mlp", "cnn", "transformer"})
-      for (const char *prec : {"fp32", "fp16", "bf16"})
-        for (const char *opt : {"sgd", "adamw"}) {
-          plan::Plan p;
-          if (!compilePlan(f, prec, opt, p))
-            continue;
-          for (const rcuda::Launch &l : lowerAll(p)) {
-            if (l.kind != rcuda::Launch::Kernel || l.kernel != rcuda::KernelKind::Fused)
-              continue;
-            const auto &a = l.as<rcuda::FusedArgs>();
-            std::string src = rcuda::fusedKernelSource(a);
-            if (seen.emplace(src, out.size()).second)
-              out.push_back({src, a, std::string(f) + " " + prec + " " + opt});
-          }
-        }
-    return out;
-  }();
-  return programs;
-}
-
-/// A scratch folder, removed with the object.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ampc-fused-XXXXXX").string();
-    path = mkdtemp(tmpl.data()) ? fs::path(tmpl) : fs::path();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty())
-      fs::remove_all(path, ec);
-  }
-};
-
-} // namespace
-
 TEST(CudaFusedCodegen, SourceIsDeterministicAndIndependentOfAddresses) {
-  const std::vector<Program> &programs = fixturePrograms();
+  const std::vector<FusedProgram> &programs = fixtureFusedPrograms();
   ASSERT_GT(programs.size(), 10u);
   std::printf("  %zu distinct fused programs in the fixtures' plans\n", programs.size());
   std::map<std::string, std::string> hashes;
-  for (const Program &p : programs) {
+  for (const FusedProgram &p : programs) {
     EXPECT_EQ(rcuda::fusedKernelSource(p.args), p.source);
     // Other addresses, another shape: the same kernel.
     rcuda::FusedArgs moved = p.args;
@@ -185,7 +79,7 @@ TEST(CudaFusedCodegen, SourceIsDeterministicAndIndependentOfAddresses) {
 }
 
 TEST(CudaFusedCodegen, VectorWidthFollowsTheNarrowestOperand) {
-  for (const Program &p : fixturePrograms()) {
+  for (const FusedProgram &p : fixtureFusedPrograms()) {
     const rcuda::FusedArgs &f = p.args;
     int narrowest = 8;
     bool strided = false;
@@ -201,91 +95,6 @@ TEST(CudaFusedCodegen, VectorWidthFollowsTheNarrowestOperand) {
   }
 }
 
-TEST(CudaFusedCodegen, NvrtcCompilesEveryFixtureProgram) {
-  std::string why;
-  if (!rcuda::loadNvrtc(why))
-    GTEST_SKIP() << why;
-  EXPECT_FALSE(rcuda::nvrtcVersion().empty());
-  for (const Program &p : fixturePrograms()) {
-    std::string cubin, error;
-    ASSERT_TRUE(rcuda::compileFusedSource(p.source, 90, cubin, error))
-        << p.where << "\n" << error << "\n" << p.source;
-    EXPECT_EQ(cubin.compare(0, 4, "\x7f" "ELF"), 0) << "not a cubin";
-  }
-  // A compile error comes back as NVRTC's log, not as a crash.
-  std::string cubin, error;
-  EXPECT_FALSE(rcuda::compileFusedSource("this is not CUDA", 90, cubin, error));
-  EXPECT_NE(error.find("nvrtcCompileProgram"), std::string::npos) << error;
-}
-
-TEST(CudaFusedCodegen, DiskCacheHitMissAndDamagedFiles) {
-  std::string why;
-  if (!rcuda::loadNvrtc(why))
-    GTEST_SKIP() << why;
-  TempDir dir;
-  ASSERT_FALSE(dir.path.empty());
-  const std::string &source = fixturePrograms().front().source;
-  const std::string &other = fixturePrograms().back().source;
-  fs::path file = dir.path / "fused" / rcuda::fusedCacheKey(source, 90, rcuda::nvrtcVersion());
-  std::string cacheDir = (dir.path / "fused").string();
-  std::string first, again, error;
-  rcuda::FusedBinarySource from;
-  ASSERT_TRUE(rcuda::fusedKernelBinary(source, 90, cacheDir, first, from, error)) << error;
-  EXPECT_EQ(from, rcuda::FusedBinarySource::Compiled);
-  ASSERT_TRUE(fs::is_regular_file(file));
-  ASSERT_TRUE(rcuda::fusedKernelBinary(source, 90, cacheDir, again, from, error)) << error;
-  EXPECT_EQ(from, rcuda::FusedBinarySource::Cache);
-  EXPECT_EQ(again, first);
-  // Another architecture is another file.
-  ASSERT_TRUE(rcuda::fusedKernelBinary(source, 80, cacheDir, again, from, error)) << error;
-  EXPECT_EQ(from, rcuda::FusedBinarySource::Compiled);
-
-  auto damageAndReload = [&](const std::function<void(std::string &)> &damage, const char *what) {
-    std::string bytes;
-    {
-      std::ifstream in(file, std::ios::binary);
-      bytes.assign(std::istreambuf_iterator<char>(in), {});
-    }
-    damage(bytes);
-    {
-      std::ofstream out(file, std::ios::binary | std::ios::trunc);
-      out << bytes;
-    }
-    std::string bin;
-    ASSERT_TRUE(rcuda::fusedKernelBinary(source, 90, cacheDir, bin, from, error)) << what;
-    EXPECT_EQ(from, rcuda::FusedBinarySource::Compiled) << what;
-    EXPECT_EQ(bin, first) << what;
-    // Repaired: the next load hits.
-    ASSERT_TRUE(rcuda::fusedKernelBinary(source, 90, cacheDir, bin, from, error)) << what;
-    EXPECT_EQ(from, rcuda::FusedBinarySource::Cache) << what;
-  };
-  damageAndReload([](std::string &b) { b.resize(b.size() / 2); }, "truncated");
-  damageAndReload([](std::string &b) { b[b.size() - 40] ^= 0x55; }, "a flipped cubin byte");
-  damageAndReload([](std::string &b) { b = "garbage"; }, "garbage");
-  damageAndReload([](std::string &b) { b.clear(); }, "empty");
-  damageAndReload(
-      [&](std::string &b) {
-        // A whole valid record, but of another program (a hash collision).
-        std::string bin, e;
-        rcuda::FusedBinarySource f;
-        TempDir d2;
-        ASSERT_TRUE(rcuda::fusedKernelBinary(other, 90, d2.path.string(), bin, f, e)) << e;
-        std::ifstream in(d2.path / rcuda::fusedCacheKey(other, 90, rcuda::nvrtcVersion()),
-                         std::ios::binary);
-        b.assign(std::istreambuf_iterator<char>(in), {});
-      },
-      "another program's record");
-  // No temporary files are left behind.
-  for (const auto &entry : fs::directory_iterator(dir.path / "fused"))
-    EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
-  // A cache folder that cannot be created only costs the compilation.
-  fs::path blocker = dir.path / "file";
-  std::ofstream(blocker) << "x";
-  std::string bin;
-  ASSERT_TRUE(rcuda::fusedKernelBinary(source, 90, (blocker / "sub").string(), bin, from, error));
-  EXPECT_EQ(from, rcuda::FusedBinarySource::Compiled);
-  EXPECT_EQ(bin, first);
-}
 
 namespace {
 
@@ -402,7 +211,7 @@ TEST(CudaFusedCodegen, GeneratedCodeMatchesTheInterpreterOnTheCpu) {
   std::string cxx = cxxEnv && *cxxEnv ? cxxEnv : "c++";
   if (std::system((cxx + " --version > /dev/null 2>&1").c_str()) != 0)
     GTEST_SKIP() << "no host C++ compiler (" << cxx << ")";
-  const std::vector<Program> &programs = fixturePrograms();
+  const std::vector<FusedProgram> &programs = fixtureFusedPrograms();
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
   // All programs in one translation unit, each in its own namespace.
@@ -431,7 +240,7 @@ TEST(CudaFusedCodegen, GeneratedCodeMatchesTheInterpreterOnTheCpu) {
     std::string sym = "ampc_fused_" + std::to_string(i) + "_host";
     auto kernel = reinterpret_cast<HostKernel>(dlsym(lib, sym.c_str()));
     ASSERT_TRUE(kernel) << sym;
-    const Program &p = programs[i];
+    const FusedProgram &p = programs[i];
     compareOnRandomInputs(p.args, kernel, static_cast<int>(i), p.where);
     // Without strided inputs the shape is free: a last group one short.
     if (rcuda::fusedKernelWidth(p.args) > 1) {
@@ -446,7 +255,7 @@ TEST(CudaFusedCodegen, GeneratedCodeMatchesTheInterpreterOnTheCpu) {
 
 TEST(CudaFusedCodegen, CompiledLaunchRecords) {
   plan::Plan p;
-  ASSERT_TRUE(compilePlan("mlp", "fp16", "adamw", p));
+  ASSERT_TRUE(compileTrainingPlan("mlp", "fp16", "adamw", p));
   std::vector<rcuda::Launch> interpreted = lowerAll(p);
   // Compilation fails: every launch stays interpreted (the fallback).
   {
@@ -486,7 +295,7 @@ TEST(CudaFusedCodegen, CompiledLaunchRecords) {
   EXPECT_GT(fused, static_cast<int>(table.kernels().size())) << "programs are shared";
 
   // An operand off its group's alignment: one element a thread.
-  for (const Program &prog : fixturePrograms()) {
+  for (const FusedProgram &prog : fixtureFusedPrograms()) {
     int w = rcuda::fusedKernelWidth(prog.args);
     if (w == 1)
       continue;
@@ -505,62 +314,6 @@ TEST(CudaFusedCodegen, CompiledLaunchRecords) {
   }
 }
 
-TEST(CudaFusedCodegen, ProgramsThatFailStayInterpretedWithOneNote) {
-  plan::Plan p;
-  ASSERT_TRUE(compilePlan("mlp", "fp16", "adamw", p));
-  const std::vector<rcuda::Launch> interpreted = lowerAll(p);
-  auto countCompiled = [](const std::vector<rcuda::Launch> &ls) {
-    return std::count_if(ls.begin(), ls.end(), [](const rcuda::Launch &l) {
-      return l.kind == rcuda::Launch::CompiledFused;
-    });
-  };
-  int loads = 0;
-  rcuda::FusedKernelLoader load = [&](const std::string &cubin, void *&handle, std::string &) {
-    ++loads;
-    handle = const_cast<char *>(cubin.data());
-    return true;
-  };
-  // No such architecture (or no NVRTC at all): nothing is compiled or
-  // loaded, one reason.
-  {
-    std::vector<rcuda::Launch> ls = interpreted;
-    rcuda::FusedKernelTable table;
-    std::string note;
-    EXPECT_EQ(rcuda::compileFusedLaunches(ls, table, 1, "", load, note), 0);
-    EXPECT_EQ(countCompiled(ls), 0);
-    EXPECT_EQ(loads, 0);
-    EXPECT_FALSE(note.empty());
-    EXPECT_EQ(note.find('\n'), std::string::npos) << note;
-  }
-  std::string why;
-  if (!rcuda::loadNvrtc(why))
-    GTEST_SKIP() << why;
-  // Compiled, but the device refuses the cubin: interpreted, the reason kept.
-  {
-    std::vector<rcuda::Launch> ls = interpreted;
-    rcuda::FusedKernelTable table;
-    std::string note;
-    rcuda::FusedKernelLoader refuse = [](const std::string &, void *&, std::string &w) {
-      w = "cudaLibraryLoadData: device kernel image is invalid";
-      return false;
-    };
-    EXPECT_EQ(rcuda::compileFusedLaunches(ls, table, 90, "", refuse, note), 0);
-    EXPECT_EQ(note, "cudaLibraryLoadData: device kernel image is invalid");
-  }
-  // Compiled and loaded: every fused launch runs its program's kernel.
-  std::vector<rcuda::Launch> ls = interpreted;
-  rcuda::FusedKernelTable table;
-  std::string note;
-  int used = rcuda::compileFusedLaunches(ls, table, 90, "", load, note);
-  EXPECT_TRUE(note.empty()) << note;
-  EXPECT_GT(used, 0);
-  EXPECT_EQ(countCompiled(ls), used);
-  EXPECT_EQ(loads, static_cast<int>(table.kernels().size()));
-  for (const rcuda::CompiledFusedKernel &k : table.kernels()) {
-    EXPECT_TRUE(k.ok);
-    EXPECT_EQ(k.handle, k.binary.data());
-  }
-}
 
 namespace {
 
@@ -605,7 +358,7 @@ TEST(CudaFusedCodegen, EmulatedTrainingWithCompiledLaunchesIsBitwiseTheInterpret
     for (const char *prec : {"fp32", "fp16", "bf16"})
       for (const char *opt : {"sgd", "adamw"}) {
         plan::Plan p;
-        ASSERT_TRUE(compilePlan(f, prec, opt, p));
+        ASSERT_TRUE(compileTrainingPlan(f, prec, opt, p));
         expectSameBits(train(p, f, rcuda::createCudaEmulatorBackend(false), 2),
                        train(p, f, rcuda::createCudaEmulatorBackend(true), 2),
                        std::string(f) + " " + prec + " " + opt);
@@ -623,7 +376,7 @@ TEST(CudaDevice, CompiledFusedKernelsMatchTheInterpretedKernel) {
   for (auto [f, prec, opt] : {std::tuple{"mlp", "fp32", "sgd"}, {"cnn", "fp16", "adamw"},
                               {"transformer", "bf16", "adamw"}}) {
     plan::Plan p;
-    ASSERT_TRUE(compilePlan(f, prec, opt, p));
+    ASSERT_TRUE(compileTrainingPlan(f, prec, opt, p));
     std::string error;
     setenv("AMPC_FUSED_INTERPRET", "1", 1);
     auto interpreted = train(p, f, rt::createCudaBackend({}, error), 3);

@@ -127,7 +127,7 @@ done
 row "checks ($backend against the kit's CPU dumps, $steps steps) | $passed/$checked passed |"
 
 if [[ $mode == gpu ]]; then
-  AMPC_SOURCE_DIR=$res/src "$res/bin/ampc-unittests" --gtest_filter='CudaDevice.*:CudaEmulation.*:CublasLoader.*:CudnnLoader.*:CudnnConv.*:CublasLt*:CudaGemm*:Nccl*' \
+  AMPC_SOURCE_DIR=$res/src "$res/bin/ampc-unittests" --gtest_filter='CudaDevice.*:CudaEmulation.*:CudaFused*:CublasLoader.*:CudnnLoader.*:CudnnConv.*:CublasLt*:CudaGemm*:Nccl*' \
     >"$res/unittests.txt" 2>&1
   status=$?
   row "GPU unit tests | $(grep -E '^\[  (PASSED|FAILED)  \]' "$res/unittests.txt" | tr '\n' ' ') |"

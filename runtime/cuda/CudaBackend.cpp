@@ -20,6 +20,9 @@
 #include "CublasLt.h"
 #include "KernelLaunch.h"
 #include "Lowering.h"
+#include "elementwise/FusedCodegen.h"
+#include "elementwise/FusedCompiler.h"
+#include "elementwise/FusedModules.h"
 
 #include "ampc/rt/Backend.h"
 #include "ampc/rt/Collective.h"
@@ -185,6 +188,7 @@ public:
     cudaDeviceProp prop;
     if (!check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", error))
       return false;
+    arch_ = prop.major * 10 + prop.minor;
     name_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) +
             std::to_string(prop.minor) + ")";
     smMajor_ = prop.major;
@@ -355,6 +359,7 @@ public:
           return false;
       if (!prepareBuckets(programs_[i], error))
         return false;
+      compileFused(programs_[i]);
       for (const plan::Binding &b : plan_.programs(i).inputs())
         programInputs_[i].push_back(stagedIndex_.at(b.tensor()));
     }
@@ -549,6 +554,12 @@ private:
         return false;
       }
       break;
+    case Launch::CompiledFused:
+      if (!check(cuda::launchFusedKernel(l.compiled->handle, l.as<cuda::FusedKernelArgs>(),
+                                         l.threads, compute_),
+                 where(program, l) + ": compiled fused kernel launch", error))
+        return false;
+      break;
     }
     // AMPC_CUDA_SYNC=1: wait after every launch, so that a failing kernel
     // is reported with its step (debugging; graphs are off then).
@@ -580,6 +591,22 @@ private:
     }
     for (const std::string &n : cudnn_->notes())
       std::fprintf(stderr, "amp-run: note: im2col + cuBLAS for %s\n", n.c_str());
+  }
+
+  /// The fused launches of `launches` whose program compiles (NVRTC for
+  /// this device, the disk cache) and loads run their own kernel; the others
+  /// stay interpreted, with one note for the plan (never an error).
+  /// AMPC_FUSED_INTERPRET=1 keeps them all interpreted.
+  void compileFused(std::vector<Launch> &launches) {
+    if (const char *v = std::getenv("AMPC_FUSED_INTERPRET"); v && *v && std::string(v) != "0")
+      return;
+    std::string note;
+    cuda::compileFusedLaunches(launches, fusedTable_, arch_, cuda::fusedCacheDir(),
+                               cuda::loadFusedKernel, note);
+    if (!note.empty() && !fusedNoted_)
+      std::fprintf(stderr, "amp-run: note: fused steps run the interpreted kernel (%s)\n",
+                   note.c_str());
+    fusedNoted_ = fusedNoted_ || !note.empty();
   }
 
   bool ranks() const { return opts_.collective && opts_.collective->size() > 1; }
@@ -743,6 +770,9 @@ private:
   cuda::LtGemms lt_;
   bool ltReady_ = false;
   int smMajor_ = 0;
+  int arch_ = 0;                    ///< 90 for sm_90
+  cuda::FusedKernelTable fusedTable_; ///< compiled fused kernels (Launch::compiled)
+  bool fusedNoted_ = false;
   plan::Plan plan_;
   cuda::MemoryLayout layout_;
   DeviceBlock arena_, state_, constants_, workspace_, cublasWs_, staging_, ltWs_;

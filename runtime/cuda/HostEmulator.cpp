@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Lowering.h"
+#include "elementwise/FusedCodegen.h"
 
 #include "ampc/rt/PlanFile.h"
 
@@ -91,6 +92,10 @@ void emulateLaunch(const Launch &l) {
   case Launch::CudnnConv:
     referenceCudnnConv(l.conv);
     return;
+  case Launch::CompiledFused:
+    runCompiledFusedOnHost(l.compiled->program, l.compiled->width, l.as<FusedKernelArgs>(),
+                           l.threads);
+    return;
   case Launch::Kernel:
     break;
   }
@@ -121,7 +126,8 @@ struct Block {
 
 class EmulatorBackend : public Backend {
 public:
-  explicit EmulatorBackend(bool cudnn) : cudnn_(cudnn) {}
+  explicit EmulatorBackend(const EmulatorOptions &opts)
+      : cudnn_(opts.cudnn), compiledFused_(opts.compiledFused) {}
   std::string name() const override { return "cuda-emulator (host)"; }
 
   bool load(const plan::Plan &p, std::string &error) override {
@@ -166,9 +172,13 @@ public:
     }
     mem.workspace = workspace_.p;
     programs_.resize(plan_.programs_size());
-    for (int i = 0; i < plan_.programs_size(); ++i)
+    for (int i = 0; i < plan_.programs_size(); ++i) {
       if (!lowerProgram(plan_, i, mem, programs_[i], wsBytes, error))
         return false;
+      // As the CUDA backend does when NVRTC compiled every program.
+      if (compiledFused_)
+        fused_.use(programs_[i], [](CompiledFusedKernel &) { return true; });
+    }
     for (std::vector<Launch> &launches : programs_)
       assignAllReduceBuffers(launches, [this](size_t bytes) {
         sides_.emplace_back(bytes);
@@ -217,13 +227,15 @@ private:
   MemoryLayout layout_;
   Block arena_, state_, constants_, workspace_;
   std::vector<std::vector<Launch>> programs_;
+  bool compiledFused_;
+  FusedKernelTable fused_;
   std::deque<std::vector<uint8_t>> sides_; // AllReduce buckets' own buffers
 };
 
 } // namespace
 
-std::unique_ptr<Backend> createCudaEmulatorBackend(bool cudnn) {
-  return std::make_unique<EmulatorBackend>(cudnn);
+std::unique_ptr<Backend> createCudaEmulatorBackend(const EmulatorOptions &opts) {
+  return std::make_unique<EmulatorBackend>(opts);
 }
 
 } // namespace ampc::rt::cuda

@@ -393,6 +393,8 @@ std::string describeLaunch(const Launch &l) {
     return "all-reduce " + std::to_string(l.bytes / 4) + " floats (wait)";
   case Launch::CudnnConv:
     return describeCudnnCall(l.conv);
+  case Launch::CompiledFused:
+    return "Fused kernel (compiled), " + std::to_string(l.threads) + " threads";
   case Launch::Kernel:
     break;
   }

@@ -36,6 +36,7 @@ inline bool hasBias(GemmEpilogue e) {
 inline bool hasRelu(GemmEpilogue e) {
   return e == GemmEpilogue::Relu || e == GemmEpilogue::BiasRelu;
 }
+struct CompiledFusedKernel; // elementwise/FusedCodegen.h
 
 /// One GEMM with cuBLAS semantics (column-major, batched with strides):
 ///   C[b] = act(alpha * op(A[b]) * op(B[b]) + beta * C[b] + bias),  b < batch,
@@ -83,7 +84,19 @@ struct Launch {
   /// average, waits for it and copies `side` back to `dst`, whence the
   /// averages are unpacked. Between the two the backward pass goes on.
   /// CudnnConv: one cuDNN convolution call (`conv`, conv/CudnnConv.h).
-  enum Kind : uint8_t { Kernel, Gemm, Memset, Memcpy, AllReduce, AllReduceWait, CudnnConv };
+  /// CompiledFused: a fused program's own kernel (elementwise/FusedCodegen.h),
+  /// `compiled`, with FusedKernelArgs; it replaces a Fused kernel launch at
+  /// plan load when the program compiled.
+  enum Kind : uint8_t {
+    Kernel,
+    Gemm,
+    Memset,
+    Memcpy,
+    AllReduce,
+    AllReduceWait,
+    CudnnConv,
+    CompiledFused
+  };
   Kind kind = Kernel;
   KernelKind kernel = KernelKind::Fused;
   int64_t threads = 0; ///< Kernel: thread indices [0, threads)
@@ -96,6 +109,7 @@ struct Launch {
   int step = -1; ///< the step it belongs to (-1: state updates at the end)
   void *side = nullptr; ///< AllReduce(Wait): the bucket's own buffer (set by the backend)
   int bucket = -1;      ///< AllReduce(Wait): the pair's number within the program
+  const CompiledFusedKernel *compiled = nullptr; ///< CompiledFused: the kernel
 
   template <typename A> static Launch kernelOf(KernelKind k, const A &a, int64_t threads) {
     static_assert(std::is_trivially_copyable_v<A> && sizeof(A) <= kMaxArgBytes);
@@ -161,9 +175,15 @@ void emulateLaunch(const Launch &l);
 
 /// A Backend that executes the CUDA backend's launch lists on the host, with
 /// the same memory layout: what the GPU computes, up to the order of GEMM
-/// sums and the last bits of transcendental functions. For tests. `cudnn`:
-/// lower convolutions as a backend with cuDNN does (else im2col).
-std::unique_ptr<Backend> createCudaEmulatorBackend(bool cudnn = true);
+/// sums and the last bits of transcendental functions. For tests.
+struct EmulatorOptions {
+  /// Lower convolutions as a backend with cuDNN does (else im2col).
+  bool cudnn = true;
+  /// Fused launches become CompiledFused launches, as on a GPU where NVRTC
+  /// compiled every program (run by runCompiledFusedOnHost).
+  bool compiledFused = false;
+};
+std::unique_ptr<Backend> createCudaEmulatorBackend(const EmulatorOptions &opts = {});
 
 /// Readable name of a launch ("fused", "gemm 64x128x256 x4", "memcpy"), for
 /// profiles.

@@ -285,7 +285,9 @@ std::unique_ptr<rt::Backend> cpuBackend() { return rt::createCpuBackend({1}); }
 std::unique_ptr<rt::Backend> emulatorBackend() { return rcuda::createCudaEmulatorBackend(); }
 /// The emulator lowering convolutions as a backend without cuDNN does.
 std::unique_ptr<rt::Backend> im2colEmulatorBackend() {
-  return rcuda::createCudaEmulatorBackend(false);
+  rcuda::EmulatorOptions o;
+  o.cudnn = false;
+  return rcuda::createCudaEmulatorBackend(o);
 }
 
 /// Runs program "step" of a plan once on a backend; returns its outputs.

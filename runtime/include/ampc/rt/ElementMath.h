@@ -11,8 +11,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#ifndef __CUDACC_RTC__ // NVRTC (generated fused kernels) has no std::string
 #include <string>
 #include <utility>
+#endif
 
 #ifdef __CUDACC__
 #define AMPC_HD __host__ __device__ __forceinline__
@@ -134,6 +136,7 @@ AMPC_HD int64_t padSource(PadMode mode, int64_t s, int64_t n) {
   return ((s % n) + n) % n; // Wrap
 }
 
+#ifndef __CUDACC_RTC__
 /// The mode named by Pad's `mode` attribute; false for an unknown name.
 inline bool padModeByName(const std::string &name, PadMode &mode) {
   const std::pair<const char *, PadMode> modes[] = {{"constant", PadMode::Constant},
@@ -147,6 +150,7 @@ inline bool padModeByName(const std::string &name, PadMode &mode) {
     }
   return false;
 }
+#endif
 
 /// Rounds an fp32 value to what fp16 / bf16 storage would hold.
 AMPC_HD float roundToHalf(float f) { return halfToFloat(floatToHalf(f)); }

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#ifndef __CUDACC_RTC__ // NVRTC (generated fused kernels) has no string_view
 #include <string_view>
+#endif
 
 namespace ampc::rt {
 
@@ -67,6 +69,7 @@ inline constexpr FusedOpInfo kFusedOps[] = {
     {FusedOp::SigmoidGrad, "ampc.SigmoidGrad", 2}, {FusedOp::TanhGrad, "ampc.TanhGrad", 2},
 };
 
+#ifndef __CUDACC_RTC__
 /// The fused op of a plan instruction name, or FusedOp::Count when unknown.
 inline FusedOp fusedOpByName(std::string_view name) {
   for (const FusedOpInfo &info : kFusedOps)
@@ -74,5 +77,6 @@ inline FusedOp fusedOpByName(std::string_view name) {
       return info.op;
   return FusedOp::Count;
 }
+#endif
 
 } // namespace ampc::rt

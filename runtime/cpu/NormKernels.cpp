@@ -23,6 +23,40 @@ TensorArg outAt(const StepContext &ctx, unsigned i) {
   return i < ctx.outputs.size() ? ctx.outputs[i] : TensorArg();
 }
 
+/// The rows of one channel of an [N, C, pix] tensor as fp32, for kernels that
+/// read each several times: an fp32 tensor's own memory; otherwise the
+/// channel converted once into `all` (N * pix floats, when the kernel could
+/// give that much scratch: channelFloats), or else row by row into `row`.
+class ChannelRows {
+public:
+  /// Floats of scratch that a channel of `t` takes (0: none needed).
+  static int64_t channelFloats(const TensorArg &t, int64_t N, int64_t pix) {
+    constexpr int64_t kMaxFloats = int64_t(1) << 20; // 4 MiB a thread
+    return t.type != plan::F32 && N * pix <= kMaxFloats ? N * pix : 0;
+  }
+
+  ChannelRows(const TensorArg &t, int64_t N, int64_t C, int64_t pix, float *all, float *row)
+      : t_(t), N_(N), C_(C), pix_(pix), all_(channelFloats(t, N, pix) ? all : nullptr),
+        row_(row) {}
+
+  void load(int64_t c) {
+    c_ = c;
+    if (all_)
+      for (int64_t n = 0; n < N_; ++n)
+        loadFloats(t_, (n * C_ + c) * pix_, pix_, all_ + n * pix_);
+  }
+  const float *row(int64_t n) const {
+    if (all_)
+      return all_ + n * pix_;
+    return rowIn(t_, (n * C_ + c_) * pix_, pix_, row_);
+  }
+
+private:
+  TensorArg t_;
+  int64_t N_, C_, pix_, c_ = 0;
+  float *all_, *row_;
+};
+
 //===----------------------------------------------------------------------===//
 // BatchNormalization
 //===----------------------------------------------------------------------===//
@@ -59,22 +93,25 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
     stats.push_back(training ? outAt(ctx, i) : TensorArg());
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
-  size_t off = layout.add<float>((pix + 16) * ctx.pool.size());
+  int64_t all = ChannelRows::channelFloats(x, N, pix), perRange = all + pix + 16;
+  size_t off = layout.add<float>(perRange * ctx.pool.size());
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
   return std::make_unique<LambdaKernel>([=, &pool] {
     pool.parallelFor(C, 1, [&](int64_t c0, int64_t c1, int range) {
-      float *buf = at<float>(scratch->data(), off) + range * (pix + 16);
+      float *buf = at<float>(scratch->data(), off) + range * perRange + all;
+      ChannelRows xs(x, N, C, pix, buf - all, buf);
       for (int64_t c = c0; c < c1; ++c) {
         float mu, v;
+        xs.load(c);
         if (training) {
           float s = 0;
           for (int64_t n = 0; n < N; ++n)
-            s += sumFloats(rowIn(x, (n * C + c) * pix, pix, buf), pix);
+            s += sumFloats(xs.row(n), pix);
           mu = s / static_cast<float>(N * pix);
           float ss = 0;
           for (int64_t n = 0; n < N; ++n)
-            ss += sumSquaredDiff(rowIn(x, (n * C + c) * pix, pix, buf), mu, pix);
+            ss += sumSquaredDiff(xs.row(n), mu, pix);
           v = ss / static_cast<float>(N * pix);
         } else {
           mu = loadFloat(mean, c);
@@ -84,8 +121,8 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
         float sc = inv * loadFloat(scale, c), b = loadFloat(bias, c);
         for (int64_t n = 0; n < N; ++n) {
           int64_t base = (n * C + c) * pix;
-          const float *xr = rowIn(x, base, pix, buf);
-          float *yr = rowOut(y, base, buf); // in place over buf is fine
+          const float *xr = xs.row(n);
+          float *yr = rowOut(y, base, buf); // in place over a row in buf is fine
           for (int64_t p = 0; p < pix; ++p)
             yr[p] = (xr[p] - mu) * sc + b;
           rowCommit(y, base, pix, yr);
@@ -343,24 +380,31 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
   float eps = static_cast<float>(ctx.attrFloat("epsilon", 1e-5));
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
-  int64_t perRange = 3 * pix + 16;
+  int64_t allX = ChannelRows::channelFloats(x, N, pix);
+  int64_t allDy = ChannelRows::channelFloats(dy, N, pix);
+  int64_t perRange = allX + allDy + 3 * pix + 16;
   size_t off = layout.add<float>(perRange * ctx.pool.size());
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
   return std::make_unique<LambdaKernel>([=, &pool] {
     pool.parallelFor(C, 1, [&](int64_t c0, int64_t c1, int range) {
       float *buf = at<float>(scratch->data(), off) + range * perRange;
+      float *xAll = buf, *dyAll = buf + allX;
+      buf += allX + allDy;
       float *xBuf = buf, *dyBuf = buf + pix, *dxBuf = buf + 2 * pix;
+      ChannelRows xs(x, N, C, pix, xAll, xBuf), dys(dy, N, C, pix, dyAll, dyBuf);
       float count = static_cast<float>(N * pix);
       for (int64_t c = c0; c < c1; ++c) {
         float mu, v;
+        xs.load(c);
+        dys.load(c);
         if (training) {
           float s = 0, ss = 0;
           for (int64_t n = 0; n < N; ++n)
-            s += sumFloats(rowIn(x, (n * C + c) * pix, pix, xBuf), pix);
+            s += sumFloats(xs.row(n), pix);
           mu = s / count;
           for (int64_t n = 0; n < N; ++n)
-            ss += sumSquaredDiff(rowIn(x, (n * C + c) * pix, pix, xBuf), mu, pix);
+            ss += sumSquaredDiff(xs.row(n), mu, pix);
           v = ss / count;
         } else {
           mu = loadFloat(mean, c);
@@ -369,9 +413,8 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
         float inv = 1.0f / std::sqrt(v + eps), sc = loadFloat(scale, c);
         float sumDy = 0, sumDyXhat = 0;
         for (int64_t n = 0; n < N; ++n) {
-          int64_t base = (n * C + c) * pix;
-          const float *xr = rowIn(x, base, pix, xBuf);
-          const float *g = rowIn(dy, base, pix, dyBuf);
+          const float *xr = xs.row(n);
+          const float *g = dys.row(n);
           sumDy += sumFloats(g, pix);
           float acc[16] = {0};
           for (int64_t p = 0; p < pix; ++p)
@@ -388,8 +431,8 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
         float mg = sc * sumDy / count, mgx = sc * sumDyXhat / count;
         for (int64_t n = 0; n < N; ++n) {
           int64_t base = (n * C + c) * pix;
-          const float *xr = rowIn(x, base, pix, xBuf);
-          const float *g = rowIn(dy, base, pix, dyBuf);
+          const float *xr = xs.row(n);
+          const float *g = dys.row(n);
           float *out = rowOut(dx, base, dxBuf);
           if (training)
             for (int64_t p = 0; p < pix; ++p)

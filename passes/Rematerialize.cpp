@@ -363,7 +363,7 @@ public:
         continue;
       // v itself must not count as kept while its chain is searched.
       cut.recompute.insert(v);
-      int budget = kMaxIntoKernel + 1;
+      int budget = kMaxIntoKernel; // v's own op included
       std::vector<Value *> copies;
       if (!chain(v, budget, copies)) {
         cut.recompute.erase(v);

@@ -867,6 +867,27 @@ TEST(CpuKernel, FusedOps) {
                {{"c", boolsWith(0.5)}}});
 }
 
+/// Broadcast operands over many blocks of the fused kernel: runs of a row
+/// (innermost stride 1), of one repeated value (stride 0), of a strided
+/// column, broadcast over outer and middle dimensions, rows that end inside a
+/// block and blocks that end inside a row.
+TEST(CpuKernel, FusedBroadcastRuns) {
+  struct Case {
+    const char *x, *z;
+  };
+  for (Case c : std::vector<Case>{{"[4,3,700]", "[700]"},
+                                  {"[4,3,700]", "[3,1]"},
+                                  {"[2,3,4,250]", "[3,1,250]"},
+                                  {"[2,3,4,250]", "[2,1,4,1]"},
+                                  {"[3,1000,3]", "[1000,1]"},
+                                  {"[5,2049]", "[5,1]"}})
+    runAllTypes({"Add", header() + "g (T" + c.x + " x, T" + c.z + " z) => (T" + c.x +
+                            " y) { y = Add (x, z) }"});
+  // A column of a transposed view: the innermost stride is neither 0 nor 1.
+  runAllTypes({"Mul", header() + "g (T[600,5] x, T[5,600] z) => (T[600,5] y) { t = Transpose "
+                                 "<perm = [1, 0]> (z)\n y = Mul (x, t) }"});
+}
+
 /// Distance in units in the last place between two finite floats.
 int64_t ulpDistance(float a, float b) {
   auto key = [](float f) {

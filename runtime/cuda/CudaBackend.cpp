@@ -62,32 +62,6 @@ using cuda::Launch;
 
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 
-const char *cublasStatusName(cublasStatus_t s) {
-  switch (s) {
-  case CUBLAS_STATUS_SUCCESS:
-    return "CUBLAS_STATUS_SUCCESS";
-  case CUBLAS_STATUS_NOT_INITIALIZED:
-    return "CUBLAS_STATUS_NOT_INITIALIZED";
-  case CUBLAS_STATUS_ALLOC_FAILED:
-    return "CUBLAS_STATUS_ALLOC_FAILED";
-  case CUBLAS_STATUS_INVALID_VALUE:
-    return "CUBLAS_STATUS_INVALID_VALUE";
-  case CUBLAS_STATUS_ARCH_MISMATCH:
-    return "CUBLAS_STATUS_ARCH_MISMATCH";
-  case CUBLAS_STATUS_MAPPING_ERROR:
-    return "CUBLAS_STATUS_MAPPING_ERROR";
-  case CUBLAS_STATUS_EXECUTION_FAILED:
-    return "CUBLAS_STATUS_EXECUTION_FAILED";
-  case CUBLAS_STATUS_INTERNAL_ERROR:
-    return "CUBLAS_STATUS_INTERNAL_ERROR";
-  case CUBLAS_STATUS_NOT_SUPPORTED:
-    return "CUBLAS_STATUS_NOT_SUPPORTED";
-  case CUBLAS_STATUS_LICENSE_ERROR:
-    return "CUBLAS_STATUS_LICENSE_ERROR";
-  }
-  return "CUBLAS_STATUS_UNKNOWN";
-}
-
 cudaDataType_t cudaType(uint8_t t) {
   switch (t) {
   case cuda::FusedElem::F16:
@@ -459,7 +433,7 @@ private:
   bool checkBlas(cublasStatus_t s, const std::string &what, std::string &error) {
     if (s == CUBLAS_STATUS_SUCCESS)
       return true;
-    error = what + ": " + cublasStatusName(s);
+    error = what + ": " + cuda::cublasStatusString(s);
     return false;
   }
 

@@ -24,13 +24,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FixturePlans.h"
 #include "FixtureUtil.h"
 
 #include "ampc/IR/Graph.h"
 #include "ampc/Lower/Lower.h"
 #include "ampc/ONNX/Import.h"
-#include "ampc/Pass/Pass.h"
-#include "ampc/Passes/Passes.h"
 #include "ampc/rt/Backend.h"
 #include "ampc/rt/FusedEval.h"
 #include "ampc/rt/PlanFile.h"
@@ -1108,54 +1107,9 @@ struct StepCase {
   bool dataParallel = false; // ampc.AllReduce buckets (one rank: copies)
 };
 
-std::string pipeline(const StepCase &c) {
-  std::string p = "canonicalize,decompose,";
-  std::string precision = c.precision;
-  if (precision == "bf16conv") // bf16 with Conv and pooling in bf16 too
-    p += "autocast{dtype=bf16 bf16-conv=true},";
-  else if (precision != "fp32")
-    p += "autocast{dtype=" + precision + "},";
-  p += "autodiff,";
-  if (c.accumulate > 1)
-    p += "accumulate{steps=" + std::to_string(c.accumulate) + "},";
-  if (c.dataParallel) // small buckets: several AllReduce launches a step
-    p += "data-parallel{bucket-mb=0.004},";
-  // fp16: dynamic scaling from 1024, so that no step of the three overflows
-  // (a skipped step would leave nothing to compare).
-  p += std::string("loss-scale{mode=") +
-       (std::string(c.precision) == "fp16" ? "dynamic init=1024" : "none") + "},";
-  p += std::string("optimizer{optimizer=") + c.optimizer + " lr=0.01},canonicalize";
-  // The rest of --train: parameter copies as state, recomputation.
-  if (std::string(c.precision) != "fp32")
-    p += ",cast-cache";
-  return p + ",remat";
-}
-
 bool compilePlan(const StepCase &c, plan::Plan &out) {
-  registerAllPasses();
-  std::unique_ptr<Graph> g = test::loadFixtureModel(c.fixture);
-  std::vector<std::string> params;
-  for (const Value *v : g->initializers())
-    params.push_back(v->name());
-  PassManager pm;
-  PassContext ctx;
-  if (auto err = pm.addPipeline(pipeline(c))) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  if (auto err = pm.run(*g, ctx)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  LowerOptions lo;
-  lo.modelParameters = params;
-  auto p = lowerToPlan(*g, lo);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return false;
-  }
-  out = std::move(*p);
-  return true;
+  return test::compileTrainingPlan(c.fixture, c.precision, c.optimizer, out, c.accumulate,
+                                   c.dataParallel);
 }
 
 /// Gradient elements that are rounding noise: small (below 1% of the step's

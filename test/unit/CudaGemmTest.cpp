@@ -14,13 +14,12 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "FixturePlans.h"
 #include "FixtureUtil.h"
 
 #include "ampc/IR/Graph.h"
 #include "ampc/Lower/Lower.h"
 #include "ampc/ONNX/Import.h"
-#include "ampc/Pass/Pass.h"
-#include "ampc/Passes/Passes.h"
 #include "ampc/rt/Backend.h"
 #include "ampc/rt/FusedEval.h"
 #include "ampc/rt/PlanFile.h"
@@ -48,38 +47,6 @@ namespace {
 //===----------------------------------------------------------------------===//
 // Plans and their launch lists
 //===----------------------------------------------------------------------===//
-
-/// A fixture's AdamW training plan, as amp-opt --train makes it.
-bool trainingPlan(const std::string &fixture, const std::string &precision, plan::Plan &out) {
-  registerAllPasses();
-  std::unique_ptr<Graph> g = test::loadFixtureModel(fixture);
-  std::string pipeline = "canonicalize,decompose,";
-  if (precision != "fp32")
-    pipeline += "autocast{dtype=" + precision + "},";
-  pipeline += "autodiff,loss-scale{mode=" +
-              std::string(precision == "fp16" ? "dynamic init=1024" : "none") +
-              "},optimizer{optimizer=adamw lr=0.01},canonicalize";
-  if (precision != "fp32")
-    pipeline += ",cast-cache";
-  pipeline += ",remat";
-  PassManager pm;
-  PassContext ctx;
-  if (auto err = pm.addPipeline(pipeline)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  if (auto err = pm.run(*g, ctx)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  auto p = lowerToPlan(*g, {});
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return false;
-  }
-  out = std::move(*p);
-  return true;
-}
 
 /// Program 0 of a plan lowered against distinct host addresses laid out as
 /// the backend lays out device memory.
@@ -150,7 +117,7 @@ TEST(CudaGemmRecords, MlpGemmsTakeTheBiasAndReluEpilogues) {
   for (const char *precision : {"fp32", "fp16", "bf16"}) {
     SCOPED_TRACE(precision);
     Lowered l;
-    ASSERT_TRUE(trainingPlan("mlp", precision, l.p));
+    ASSERT_TRUE(test::compileTrainingPlan("mlp", precision, "adamw", l.p));
     ASSERT_TRUE(l.lower());
     const plan::Program &prog = l.p.programs(0);
     const std::pair<const char *, const char *> layers[] = {
@@ -221,7 +188,7 @@ TEST(CudaGemmRecords, MlpGemmsTakeTheBiasAndReluEpilogues) {
 /// batches; the projections fold their batch into the rows.
 TEST(CudaGemmRecords, TransformerMatMulsKeepTheirOwnRounding) {
   Lowered l;
-  ASSERT_TRUE(trainingPlan("transformer", "bf16", l.p));
+  ASSERT_TRUE(test::compileTrainingPlan("transformer", "bf16", "adamw", l.p));
   ASSERT_TRUE(l.lower());
   int gemms = 0;
   for (const rcuda::Launch &ln : l.launches) {

@@ -9,9 +9,6 @@
 #include "FixtureUtil.h"
 
 #include "ampc/IR/Graph.h"
-#include "ampc/Lower/Lower.h"
-#include "ampc/Pass/Pass.h"
-#include "ampc/Passes/Passes.h"
 
 #include "cuda/elementwise/FusedCodegen.h"
 
@@ -24,43 +21,6 @@ namespace ampc::test {
 
 namespace fs = std::filesystem;
 namespace rcuda = ampc::rt::cuda;
-
-bool compileTrainingPlan(const std::string &fixture, const std::string &precision,
-                         const std::string &optimizer, plan::Plan &out) {
-  registerAllPasses();
-  std::unique_ptr<Graph> g = test::loadFixtureModel(fixture);
-  std::vector<std::string> params;
-  for (const Value *v : g->initializers())
-    params.push_back(v->name());
-  std::string pipeline = "canonicalize,decompose,";
-  if (precision != "fp32")
-    pipeline += "autocast{dtype=" + precision + "},";
-  pipeline += "autodiff,loss-scale{mode=" +
-              std::string(precision == "fp16" ? "dynamic init=1024" : "none") +
-              "},optimizer{optimizer=" + optimizer + " lr=0.01},canonicalize";
-  if (precision != "fp32")
-    pipeline += ",cast-cache";
-  pipeline += ",remat";
-  PassManager pm;
-  PassContext ctx;
-  if (auto err = pm.addPipeline(pipeline)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  if (auto err = pm.run(*g, ctx)) {
-    ADD_FAILURE() << llvm::toString(std::move(err));
-    return false;
-  }
-  LowerOptions lo;
-  lo.modelParameters = params;
-  auto p = lowerToPlan(*g, lo);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return false;
-  }
-  out = std::move(*p);
-  return true;
-}
 
 std::vector<rcuda::Launch> lowerAll(const plan::Plan &p) {
   static uint8_t fake[64];

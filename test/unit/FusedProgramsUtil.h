@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "FixturePlans.h"
 #include "cuda/Lowering.h"
 
 #include "plan.pb.h"
@@ -16,11 +17,6 @@
 #include <vector>
 
 namespace ampc::test {
-
-/// The fixture's training plan (precision fp32, fp16 or bf16; optimizer sgd
-/// or adamw), compiled as the CUDA backend tests compile it.
-bool compileTrainingPlan(const std::string &fixture, const std::string &precision,
-                         const std::string &optimizer, plan::Plan &out);
 
 /// The launches of every program of `p`, against placeholder addresses
 /// (64-byte aligned).

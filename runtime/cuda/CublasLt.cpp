@@ -82,9 +82,7 @@ const char *cublasStatusString(cublasStatus_t s) {
   return "CUBLAS_STATUS_UNKNOWN";
 }
 
-namespace {
-
-cudaDataType_t ltType(uint8_t t) {
+cudaDataType_t gemmDataType(uint8_t t) {
   switch (t) {
   case FusedElem::F16:
     return CUDA_R_16F;
@@ -94,6 +92,8 @@ cudaDataType_t ltType(uint8_t t) {
     return CUDA_R_32F;
   }
 }
+
+namespace {
 
 cublasLtEpilogue_t ltEpilogue(GemmEpilogue e) {
   switch (e) {
@@ -159,7 +159,7 @@ bool LtGemms::build(const GemmCall &g, Plan &p, cublasLtMatmulPreference_t &pref
   };
   why.clear();
   auto layout = [&](const LtMatrix &m, cublasLtMatrixLayout_t &l) {
-    if (!ok(api_.layoutCreate(&l, ltType(m.type), m.rows, m.cols, m.ld),
+    if (!ok(api_.layoutCreate(&l, gemmDataType(m.type), m.rows, m.cols, m.ld),
             "cublasLtMatrixLayoutCreate"))
       return false;
     return m.batch == 1 ||
@@ -172,7 +172,7 @@ bool LtGemms::build(const GemmCall &g, Plan &p, cublasLtMatmulPreference_t &pref
   int32_t ta = d.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = d.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   uint32_t epilogue = ltEpilogue(d.epilogue);
   // The heuristic reads the bias pointer's alignment; the bias has C's type.
-  int32_t biasType = ltType(d.c.type);
+  int32_t biasType = gemmDataType(d.c.type);
   uint64_t ws = wsBytes_;
   uint32_t schemes = d.outputTypeReduction ? uint32_t(CUBLASLT_REDUCTION_SCHEME_MASK)
                                            : uint32_t(CUBLASLT_REDUCTION_SCHEME_NONE) |

@@ -51,6 +51,9 @@ bool openCublasLt(const std::vector<std::string> &names, CublasLtApi &api, std::
 /// "CUBLAS_STATUS_NOT_INITIALIZED", ...
 const char *cublasStatusString(cublasStatus_t s);
 
+/// The CUDA data type of a GEMM operand's element type (FusedElem).
+cudaDataType_t gemmDataType(uint8_t elem);
+
 /// The cuBLASLt GEMMs of one backend: a handle, and for every planned call
 /// its descriptors and the algorithm chosen once.
 class LtGemms {

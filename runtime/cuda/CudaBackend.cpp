@@ -62,17 +62,6 @@ using cuda::Launch;
 
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 
-cudaDataType_t cudaType(uint8_t t) {
-  switch (t) {
-  case cuda::FusedElem::F16:
-    return CUDA_R_16F;
-  case cuda::FusedElem::BF16:
-    return CUDA_R_16BF;
-  default:
-    return CUDA_R_32F;
-  }
-}
-
 std::string jsonEscape(const std::string &s) {
   std::string out;
   for (char c : s) {
@@ -489,11 +478,12 @@ private:
           return false;
         break;
       }
+      cudaDataType_t ab = cuda::gemmDataType(g.abType), c = cuda::gemmDataType(g.cType);
       cublasStatus_t s = cublasGemmStridedBatchedEx(
           cublas_, g.transA ? CUBLAS_OP_T : CUBLAS_OP_N, g.transB ? CUBLAS_OP_T : CUBLAS_OP_N,
           static_cast<int>(g.m), static_cast<int>(g.n), static_cast<int>(g.k), &g.alpha, g.A,
-          cudaType(g.abType), static_cast<int>(g.lda), g.strideA, g.B, cudaType(g.abType),
-          static_cast<int>(g.ldb), g.strideB, &g.beta, g.C, cudaType(g.cType),
+          ab, static_cast<int>(g.lda), g.strideA, g.B, ab,
+          static_cast<int>(g.ldb), g.strideB, &g.beta, g.C, c,
           static_cast<int>(g.ldc), g.strideC, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
           CUBLAS_GEMM_DEFAULT);
       if (!checkBlas(s, where(program, l) + ": cublasGemmStridedBatchedEx", error))

@@ -12,6 +12,8 @@
 
 #include "FusedCodegen.h"
 
+#include "ampc/rt/PlanFile.h"
+
 #include <cstdio>
 
 namespace ampc::rt::cuda {
@@ -72,20 +74,8 @@ bool present(const FusedArgs &f, int o) { return f.out[o].p != nullptr; }
 } // namespace
 
 int fusedElemBytes(uint8_t type) {
-  switch (type) {
-  case FusedElem::F16:
-  case FusedElem::BF16:
-    return 2;
-  case FusedElem::F64:
-  case FusedElem::I64:
-    return 8;
-  case FusedElem::I8:
-  case FusedElem::U8:
-  case FusedElem::BOOL:
-    return 1;
-  default:
-    return 4;
-  }
+  // FusedElem mirrors plan::ElemType (Lowering.cpp checks it).
+  return static_cast<int>(planElemSize(static_cast<plan::ElemType>(type)));
 }
 
 int fusedKernelWidth(const FusedArgs &f) {

@@ -898,6 +898,35 @@ int64_t ulpDistance(float a, float b) {
   return std::llabs(key(a) - key(b));
 }
 
+/// y = OP(x) for an fp32 x of `shape` holding `xs`, run by the CPU backend
+/// with 2 threads; empty after a test failure.
+std::vector<float> runFloatOp(const std::string &op, const std::vector<int64_t> &shape,
+                              const std::vector<double> &xs) {
+  std::string dims;
+  for (int64_t d : shape)
+    dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  auto g = importModelText(header() + "g (float[" + dims + "] x) => (float[" + dims +
+                               "] y) { y = " + op + " (x) }",
+                           op);
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return {};
+  }
+  std::map<std::string, Tensor> feeds{{"x", Tensor::fromDoubles(TensorType(DType::F32, shape), xs)}};
+  auto p = lowerToPlan(**g, LowerOptions{});
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  bool same = false;
+  RunResult r = runOnCpu(*p, feeds, {"y"}, 2, 1, same);
+  if (!r.ok)
+    return {};
+  std::vector<float> y(xs.size());
+  std::memcpy(y.data(), r.outputs[0].bytes.data(), y.size() * sizeof(float));
+  return y;
+}
+
 /// The error bound of the fused kernel's transcendentals (docs/design.md):
 /// with SLEEF (AVX-512 machines) or libm, fp32 Exp, Log, Tanh and Erf are at
 /// most 1 ULP from the correctly rounded result, Sigmoid (1 / (1 + exp(-x)),
@@ -919,10 +948,6 @@ TEST(CpuKernel, FusedTranscendentalErrorBound) {
   const int64_t n = 20011; // not a multiple of the vector width: the tail too
   for (const Fn &f : fns) {
     SCOPED_TRACE(f.op);
-    std::string text = header() + "g (float[" + std::to_string(n) + "] x) => (float[" +
-                       std::to_string(n) + "] y) { y = " + f.op + " (x) }";
-    auto g = importModelText(text, f.op);
-    ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
     std::vector<double> xs(n);
     bool logScale = std::string(f.op) == "Log";
     for (int64_t i = 0; i < n; ++i) {
@@ -931,14 +956,8 @@ TEST(CpuKernel, FusedTranscendentalErrorBound) {
                           : f.lo + t * (f.hi - f.lo);
       xs[i] = static_cast<float>(x);
     }
-    std::map<std::string, Tensor> feeds{
-        {"x", Tensor::fromDoubles(TensorType(DType::F32, {n}), xs)}};
-    auto p = lowerToPlan(**g, LowerOptions{});
-    ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
-    bool same = false;
-    RunResult r = runOnCpu(*p, feeds, {"y"}, 2, 1, same);
-    ASSERT_TRUE(r.ok);
-    const float *y = reinterpret_cast<const float *>(r.outputs[0].bytes.data());
+    std::vector<float> y = runFloatOp(f.op, {n}, xs);
+    ASSERT_EQ(y.size(), xs.size());
     int64_t worst = 0;
     for (int64_t i = 0; i < n; ++i) {
       float exact = static_cast<float>(f.exact(xs[i]));
@@ -966,19 +985,8 @@ TEST(CpuKernel, SoftmaxRowsErrorBound) {
   }
   for (const char *op : {"Softmax", "LogSoftmax"}) {
     SCOPED_TRACE(op);
-    std::string shape = "[" + std::to_string(rows) + "," + std::to_string(len) + "]";
-    auto g = importModelText(header() + "g (float" + shape + " x) => (float" + shape + " y) { y = " +
-                                 op + " (x) }",
-                             op);
-    ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
-    std::map<std::string, Tensor> feeds{
-        {"x", Tensor::fromDoubles(TensorType(DType::F32, {rows, len}), xs)}};
-    auto p = lowerToPlan(**g, LowerOptions{});
-    ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
-    bool same = false;
-    RunResult r = runOnCpu(*p, feeds, {"y"}, 2, 1, same);
-    ASSERT_TRUE(r.ok);
-    const float *y = reinterpret_cast<const float *>(r.outputs[0].bytes.data());
+    std::vector<float> y = runFloatOp(op, {rows, len}, xs);
+    ASSERT_EQ(y.size(), xs.size());
     bool isLog = std::string(op) == "LogSoftmax";
     double worst = 0;
     for (int64_t row = 0; row < rows; ++row) {

@@ -1251,7 +1251,10 @@ bool train(const plan::Plan &p, const BackendFactory &make, const std::string &f
       return false;
     }
   }
-  return readOutputs(*session, p, {step, acc, apply}, r.values);
+  // The last step's outputs, already read.
+  if (!r.stepOutputs.empty())
+    r.values.insert(r.stepOutputs.back().begin(), r.stepOutputs.back().end());
+  return true;
 }
 
 /// Largest tolerated |x - cpu| / max|cpu| per tensor after three steps: the

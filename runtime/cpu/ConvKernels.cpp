@@ -167,15 +167,15 @@ public:
       : DnnlKernel(pool), x_(x), w_(w), b_(b), y_(y) {}
 
   bool prepare(const ConvShape &s, std::string &error) {
-    half_ = computeViaF32(y_.type);
+    viaF32_ = computeViaF32(y_.type);
     dt cdt = dnnlComputeType(y_.type);
     ScratchLayout layout;
-    if (half_) {
+    if (viaF32_) {
       offX_ = layout.add<float>(x_.numel);
       offW_ = layout.add<float>(w_.numel);
       offY_ = layout.add<float>(y_.numel);
     }
-    bool biasF32 = b_.data && (half_ || b_.type == plan::F32);
+    bool biasF32 = b_.data && (viaF32_ || b_.type == plan::F32);
     try {
       auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
       auto wMd = plainDesc(s.wDims(), cdt);
@@ -209,14 +209,14 @@ public:
         error = "oneDNN has no convolution for these shapes";
         return false;
       }
-      if (b_.data && (half_ || b_.type != plan::F32) && biasF32)
+      if (b_.data && (viaF32_ || b_.type != plan::F32) && biasF32)
         offB_ = layout.add<float>(s.M), biasConvert_ = true;
       offPad_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
       call_.prim = dnnl::convolution_forward(pd);
-      bindAs(call_, DNNL_ARG_SRC, pd.src_desc(), xMd, x_.data, half_, offX_, false, layout);
-      bindAs(call_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, half_, offW_, false,
+      bindAs(call_, DNNL_ARG_SRC, pd.src_desc(), xMd, x_.data, viaF32_, offX_, false, layout);
+      bindAs(call_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, viaF32_, offW_, false,
              layout);
-      bindAs(call_, DNNL_ARG_DST, pd.dst_desc(), yMd, y_.data, half_, offY_, true, layout);
+      bindAs(call_, DNNL_ARG_DST, pd.dst_desc(), yMd, y_.data, viaF32_, offY_, true, layout);
       if (b_.data)
         bind(call_, DNNL_ARG_BIAS, bMd, b_.data, biasConvert_, offB_);
       bind(call_, DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, true, offPad_);
@@ -229,7 +229,7 @@ public:
 
   void run() override {
     uint8_t *base = scratch_->data();
-    if (half_) {
+    if (viaF32_) {
       parallelToFloat(pool_, x_, at<float>(base, offX_));
       parallelToFloat(pool_, w_, at<float>(base, offW_));
     }
@@ -241,14 +241,14 @@ public:
     call_.execute(stream_, base);
     for (DnnlCall &r : after_)
       r.execute(stream_, base);
-    if (half_)
+    if (viaF32_)
       parallelFromFloat(pool_, at<float>(base, offY_), y_);
   }
 
 private:
   TensorArg x_, w_, b_, y_;
   DnnlCall call_;
-  bool half_ = false, biasConvert_ = false;
+  bool viaF32_ = false, biasConvert_ = false;
   size_t offX_ = 0, offW_ = 0, offB_ = 0, offY_ = 0, offPad_ = 0;
 };
 
@@ -294,10 +294,10 @@ public:
     M_ = s.M;
     N_ = s.N;
     outPix_ = product(s.outSp);
-    half_ = computeViaF32(dy_.type);
+    viaF32_ = computeViaF32(dy_.type);
     dt cdt = dnnlComputeType(dy_.type);
     ScratchLayout layout;
-    if (half_) {
+    if (viaF32_) {
       offDy_ = layout.add<float>(dy_.numel);
       if (dw_.data)
         offX_ = layout.add<float>(x_.numel);
@@ -310,7 +310,7 @@ public:
     }
     // The bias gradient comes with the weights gradient; alone, or when its
     // type is not what oneDNN writes, it is a plain reduction of dY.
-    bool dbWithDw = db_.data && dw_.data && !half_;
+    bool dbWithDw = db_.data && dw_.data && !viaF32_;
     try {
       auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
       auto wMd = plainDesc(s.wDims(), cdt);
@@ -340,11 +340,11 @@ public:
             dnnlAttr(), dnnlEngine(), fwd);
         offPadData_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
         data_.prim = dnnl::convolution_backward_data(pd);
-        bindAs(data_, DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), yMd, dy_.data, half_, offDy_, false,
+        bindAs(data_, DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), yMd, dy_.data, viaF32_, offDy_, false,
                layout);
-        bindAs(data_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, half_, offW_, false,
+        bindAs(data_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, viaF32_, offW_, false,
                layout);
-        bindAs(data_, DNNL_ARG_DIFF_SRC, pd.diff_src_desc(), xMd, dx_.data, half_, offDx_, true,
+        bindAs(data_, DNNL_ARG_DIFF_SRC, pd.diff_src_desc(), xMd, dx_.data, viaF32_, offDx_, true,
                layout);
         dataBefore_ = before_.size();
         dataAfter_ = after_.size();
@@ -375,10 +375,10 @@ public:
         offPadWeights_ =
             layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
         weights_.prim = dnnl::convolution_backward_weights(pd);
-        bindAs(weights_, DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), yMd, dy_.data, half_, offDy_,
+        bindAs(weights_, DNNL_ARG_DIFF_DST, pd.diff_dst_desc(), yMd, dy_.data, viaF32_, offDy_,
                false, layout);
-        bindAs(weights_, DNNL_ARG_SRC, pd.src_desc(), xMd, x_.data, half_, offX_, false, layout);
-        bindAs(weights_, DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc(), wMd, dw_.data, half_,
+        bindAs(weights_, DNNL_ARG_SRC, pd.src_desc(), xMd, x_.data, viaF32_, offX_, false, layout);
+        bindAs(weights_, DNNL_ARG_DIFF_WEIGHTS, pd.diff_weights_desc(), wMd, dw_.data, viaF32_,
                offDw_, true, layout);
         if (dbWithDw)
           bind(weights_, DNNL_ARG_DIFF_BIAS, bMd, db_.data, false, 0);
@@ -396,7 +396,7 @@ public:
 
   void run() override {
     uint8_t *base = scratch_->data();
-    if (half_) {
+    if (viaF32_) {
       parallelToFloat(pool_, dy_, at<float>(base, offDy_));
       if (dw_.data)
         parallelToFloat(pool_, x_, at<float>(base, offX_));
@@ -406,14 +406,14 @@ public:
     omp_set_num_threads(pool_.size());
     if (dx_.data) {
       if (zeroDx_)
-        std::memset(half_ ? static_cast<void *>(at<float>(base, offDx_)) : dx_.data, 0,
-                    dx_.numel * (half_ ? 4 : elemBytes(dx_.type)));
+        std::memset(viaF32_ ? static_cast<void *>(at<float>(base, offDx_)) : dx_.data, 0,
+                    dx_.numel * (viaF32_ ? 4 : elemBytes(dx_.type)));
       for (size_t i = 0; i < dataBefore_; ++i)
         before_[i].execute(stream_, base);
       data_.execute(stream_, base);
       for (size_t i = 0; i < dataAfter_; ++i)
         after_[i].execute(stream_, base);
-      if (half_)
+      if (viaF32_)
         parallelFromFloat(pool_, at<float>(base, offDx_), dx_);
     }
     if (dw_.data) {
@@ -422,7 +422,7 @@ public:
       weights_.execute(stream_, base);
       for (size_t i = dataAfter_; i < after_.size(); ++i)
         after_[i].execute(stream_, base);
-      if (half_)
+      if (viaF32_)
         parallelFromFloat(pool_, at<float>(base, offDw_), dw_);
     }
     if (dbByHand_)
@@ -446,7 +446,7 @@ private:
   TensorArg dy_, x_, w_, dx_, dw_, db_;
   DnnlCall data_, weights_;
   int64_t M_ = 0, N_ = 0, outPix_ = 0;
-  bool half_ = false, zeroDx_ = false, dbByHand_ = false;
+  bool viaF32_ = false, zeroDx_ = false, dbByHand_ = false;
   /// before_/after_ hold the data pass's reorders first, then the weights pass's.
   size_t dataBefore_ = 0, dataAfter_ = 0;
   size_t offDy_ = 0, offX_ = 0, offW_ = 0, offDx_ = 0, offDw_ = 0, offPadData_ = 0,

@@ -66,13 +66,13 @@ public:
   }
 
   bool prepare(std::string &error) {
-    bool half = computeViaF32(type);
+    bool viaF32 = computeViaF32(type);
     dt cdt = dnnlComputeType(type);
     // The GEMM's destination: y itself unless fp16 storage or an epilogue on
     // a bf16 result needs fp32.
-    dstInScratch_ = half || (epilogue && type != plan::F32);
+    dstInScratch_ = viaF32 || (epilogue && type != plan::F32);
     ScratchLayout layout;
-    if (half) {
+    if (viaF32) {
       offA_ = layout.add<float>(a.numel);
       offB_ = layout.add<float>(b.numel);
       if (cAsBias)
@@ -114,11 +114,11 @@ public:
         if (inScratch)
           call_.scratchArgs.push_back({arg, scratchOff});
       };
-      bind(DNNL_ARG_SRC, aMd, a.data, offA_, half);
-      bind(DNNL_ARG_WEIGHTS, bMd, b.data, offB_, half);
+      bind(DNNL_ARG_SRC, aMd, a.data, offA_, viaF32);
+      bind(DNNL_ARG_WEIGHTS, bMd, b.data, offB_, viaF32);
       bind(DNNL_ARG_DST, yMd, y.data, offY_, dstInScratch_);
       if (cAsBias)
-        bind(DNNL_ARG_BIAS, biasMd, c.data, offC_, half);
+        bind(DNNL_ARG_BIAS, biasMd, c.data, offC_, viaF32);
       bind(DNNL_ARG_SCRATCHPAD, pd.scratchpad_desc(), nullptr, offPad_, true);
     } catch (const dnnl::error &e) {
       error = std::string("oneDNN matmul: ") + e.what();

@@ -2,6 +2,7 @@
 
 #include "ampc/ONNX/TypeInference.h"
 
+#include "CommonTypeInference.h"
 #include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/ONNX/Schemas.h"
 #include "ampc/Support/Error.h"
@@ -65,7 +66,7 @@ llvm::Error checkTypeParameters(const onnx::OpSchema &schema, const Node &n) {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n) {
+llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schemaOnly = false) {
   registerAmpcSchemas();
   const Graph &g = *n.graph();
   int version = static_cast<int>(g.opsetVersion(n.domain()));
@@ -76,6 +77,9 @@ llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n) {
     return makeError(label(n) + ": no ONNX schema at opset " + std::to_string(version));
   if (auto err = checkTypeParameters(*schema, n))
     return std::move(err);
+  if (!schemaOnly)
+    if (std::optional<TensorType> common = inferCommonType(n))
+      return std::vector<PartialType>{{common->dtype, common->shape}};
 
   onnx::NodeProto proto;
   proto.set_op_type(n.opType());
@@ -143,10 +147,8 @@ llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n) {
   return out;
 }
 
-} // namespace
-
-llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n) {
-  auto partial = inferPartial(n);
+llvm::Expected<std::vector<TensorType>> inferStaticTypes(const Node &n, bool schemaOnly) {
+  auto partial = inferPartial(n, schemaOnly);
   if (!partial)
     return partial.takeError();
   std::vector<TensorType> out;
@@ -162,6 +164,16 @@ llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n) {
     out.emplace_back(p.dtype, *p.shape);
   }
   return out;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n) {
+  return inferStaticTypes(n, /*schemaOnly=*/false);
+}
+
+llvm::Expected<std::vector<TensorType>> inferNodeTypesWithSchema(const Node &n) {
+  return inferStaticTypes(n, /*schemaOnly=*/true);
 }
 
 llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,

@@ -17,6 +17,10 @@ namespace ampc {
 /// Static result types of `n` as its ONNX schema infers them from the operand
 /// types, attributes and constant operands (initializers).
 llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n);
+/// inferNodeTypes through the schema's inference function alone, without the
+/// direct computation of the common operators (lib/ONNX/CommonTypeInference):
+/// what tests compare that computation with.
+llvm::Expected<std::vector<TensorType>> inferNodeTypesWithSchema(const Node &n);
 
 /// Creates a node whose result types are inferred from its schema.
 llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,

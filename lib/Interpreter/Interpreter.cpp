@@ -4,6 +4,8 @@
 
 #include "Kernels.h"
 
+#include "llvm/ADT/SmallString.h"
+
 #include <algorithm>
 
 namespace ampc {
@@ -23,8 +25,9 @@ llvm::Error KernelContext::error(const llvm::Twine &msg) const {
 
 std::vector<std::string> KernelTable::names() const {
   std::vector<std::string> out;
-  for (const auto &[name, fn] : kernels_)
-    out.push_back(name);
+  for (const auto &entry : kernels_)
+    out.push_back(entry.getKey().str());
+  std::sort(out.begin(), out.end());
   return out;
 }
 
@@ -137,7 +140,12 @@ llvm::Expected<std::vector<int64_t>> readAxes(const KernelContext &ctx, int from
 using namespace interp;
 
 bool hasKernel(const std::string &domain, const std::string &opType) {
-  return kernelTable().lookup(domain.empty() ? opType : domain + "." + opType) != nullptr;
+  if (domain.empty())
+    return kernelTable().lookup(opType) != nullptr;
+  llvm::SmallString<48> qualified(domain);
+  qualified += ".";
+  qualified += opType;
+  return kernelTable().lookup(qualified) != nullptr;
 }
 
 bool hasKernel(const Node &n) { return hasKernel(n.domain(), n.opType()); }

@@ -10,6 +10,8 @@
 #include "ampc/Interpreter/Interpreter.h"
 #include "ampc/Support/Error.h"
 
+#include "llvm/ADT/StringMap.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -40,14 +42,14 @@ using KernelFn = KernelResult (*)(const KernelContext &);
 class KernelTable {
 public:
   void add(const std::string &name, KernelFn fn) { kernels_[name] = fn; }
-  KernelFn lookup(const std::string &name) const {
-    auto it = kernels_.find(name);
-    return it == kernels_.end() ? nullptr : it->second;
-  }
+  /// Looked up by every constant-folding attempt (a StringMap: no string is
+  /// built for a lookup).
+  KernelFn lookup(llvm::StringRef name) const { return kernels_.lookup(name); }
+  /// The names, sorted.
   std::vector<std::string> names() const;
 
 private:
-  std::map<std::string, KernelFn> kernels_;
+  llvm::StringMap<KernelFn> kernels_;
 };
 
 const KernelTable &kernelTable();

@@ -140,14 +140,19 @@ bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePiece
     moved.back().second.swap(*t.mutable_data());
   }
   std::string payload;
-  bool ok = p.ByteSizeLong() <= static_cast<size_t>(INT32_MAX);
+  // The sizes are computed once (SerializeToCodedStream would compute them
+  // again) and the bytes written into a buffer of the final size.
+  size_t messageSize = p.ByteSizeLong();
+  bool ok = messageSize <= static_cast<size_t>(INT32_MAX);
   if (ok) {
+    payload.resize(messageSize);
+    google::protobuf::io::ArrayOutputStream stream(payload.data(), static_cast<int>(messageSize));
+    google::protobuf::io::CodedOutputStream coded(&stream);
     // Deterministic, so that one model and one command give the same plan
     // bytes (protobuf orders map fields, the plan's info, by hash otherwise).
-    google::protobuf::io::StringOutputStream stream(&payload);
-    google::protobuf::io::CodedOutputStream coded(&stream);
     coded.SetSerializationDeterministic(true);
-    ok = p.SerializeToCodedStream(&coded);
+    p.SerializeWithCachedSizes(&coded);
+    ok = !coded.HadError() && static_cast<size_t>(coded.ByteCount()) == messageSize;
   }
   for (auto &[i, data] : moved)
     p.mutable_tensors(i)->mutable_data()->swap(data);

@@ -11,14 +11,16 @@
 
 #include "ampc/rt/FusedOps.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <unordered_map>
 #include <optional>
-#include <set>
 
 namespace ampc {
 
@@ -54,6 +56,24 @@ bool isFusedOp(const Node &n) {
   qualified += ".";
   qualified += n.opType();
   return names.contains(qualified);
+}
+
+/// Distinct values the nodes of `parts` read that none of them computes.
+/// Groups are small: sorted vectors, not std::sets built per candidate
+/// (fusion asks this for every candidate group of every node).
+size_t countOutsideInputs(std::initializer_list<llvm::ArrayRef<const Node *>> parts) {
+  llvm::SmallVector<const Value *, 32> inside, inputs;
+  for (llvm::ArrayRef<const Node *> part : parts)
+    for (const Node *n : part)
+      inside.push_back(n->output());
+  llvm::sort(inside);
+  for (llvm::ArrayRef<const Node *> part : parts)
+    for (const Node *n : part)
+      for (const Value *v : n->inputs())
+        if (v && !std::binary_search(inside.begin(), inside.end(), v))
+          inputs.push_back(v);
+  llvm::sort(inputs);
+  return static_cast<size_t>(std::unique(inputs.begin(), inputs.end()) - inputs.begin());
 }
 
 } // namespace
@@ -135,18 +155,6 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
                    NodeMap &position,
                    const LifetimeGuard &lifetimes, size_t maxNodes, size_t maxInputs) {
   auto last = [&](const FusionGroup &g) { return position[g.nodes.back()]; };
-  auto outsideInputs = [&](const FusionGroup &a, const FusionGroup &b) {
-    std::set<const Value *> inside, inputs;
-    for (const FusionGroup *g : {&a, &b})
-      for (const Node *n : g->nodes)
-        inside.insert(n->output());
-    for (const FusionGroup *g : {&a, &b})
-      for (const Node *n : g->nodes)
-        for (const Value *v : n->inputs())
-          if (v && !inside.count(v))
-            inputs.insert(v);
-    return inputs.size();
-  };
   // Groups reading each value, to find related groups quickly. Scalars (a
   // learning rate, a constant, the overflow flag) are read by nearly every
   // group and say nothing about which tensor-shaped groups belong together:
@@ -181,7 +189,7 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
         if (!inside && position[u.user] < at)
           return false;
       }
-    return outsideInputs(a, b) <= maxInputs;
+    return countOutsideInputs({a.nodes, b.nodes}) <= maxInputs;
   };
   // (position of its last node, group), sorted: keys looked up once, not
   // in every comparison.
@@ -243,22 +251,6 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
   NodeMap groupOf;
   LifetimeGuard lifetimes(order, position, keptToEnd);
 
-  // Distinct outside values a group reads if `extra` joined it.
-  auto inputCount = [&](const FusionGroup &grp, const Node *extra) {
-    std::set<const Value *> inside, inputs;
-    for (const Node *n : grp.nodes)
-      inside.insert(n->output());
-    inside.insert(extra->output());
-    for (const Node *n : grp.nodes)
-      for (const Value *v : n->inputs())
-        if (v && !inside.count(v))
-          inputs.insert(v);
-    for (const Value *v : extra->inputs())
-      if (v && !inside.count(v))
-        inputs.insert(v);
-    return inputs.size();
-  };
-
   // Can `n` join group `gi`? Its values must not be needed before n by nodes
   // outside the group, since the group will run at n's position.
   auto canJoin = [&](size_t gi, const Node *n) {
@@ -281,7 +273,7 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
           return m == n || (g != groupOf.end() && g->second == gi);
         }))
       return false;
-    return inputCount(grp, n) <= maxInputs;
+    return countOutsideInputs({grp.nodes, llvm::ArrayRef<const Node *>(n)}) <= maxInputs;
   };
 
   for (const Node *n : order) {

@@ -332,7 +332,8 @@ private:
   friend class Node;
   friend class Value;
   Value *newValue(std::string name, TensorType type, Value::Kind kind);
-  void registerName(const std::string &name, Value *v);
+  /// uniqueName(base), registered as v's name.
+  std::string claimName(std::string_view base, Value *v);
 
   NodeList nodes_;
   NodeList::iterator insertPos_ = nodes_.end();

@@ -48,7 +48,7 @@ const Value *roundingOf(const Value *updated) {
 
 } // namespace
 
-void markCastStates(const Graph &g, const std::unordered_map<const Value *, int> &tensorOf,
+void markCastStates(const Graph &g, const llvm::DenseMap<const Value *, int> &tensorOf,
                     plan::Plan &p) {
   std::unordered_map<const Value *, const Value *> stateUpdatedTo;
   for (const StateBinding &b : g.stateBindings)

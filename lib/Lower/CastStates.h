@@ -4,7 +4,7 @@
 
 #include "ampc/IR/Graph.h"
 
-#include <unordered_map>
+#include "llvm/ADT/DenseMap.h"
 
 namespace ampc {
 namespace plan {
@@ -16,7 +16,7 @@ class Plan;
 /// the parameter's next value, initially its conversion) as `cast_of` that
 /// state, so that the plan stores no value for it. The initial values are
 /// compared element by element: a state that differs keeps its value.
-void markCastStates(const Graph &g, const std::unordered_map<const Value *, int> &tensorOf,
+void markCastStates(const Graph &g, const llvm::DenseMap<const Value *, int> &tensorOf,
                     plan::Plan &p);
 
 } // namespace ampc

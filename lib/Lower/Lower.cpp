@@ -12,7 +12,11 @@
 
 #include "plan.pb.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -373,19 +377,25 @@ private:
           continue;
         tensorOf_[v] = addTensor(v->name(), v->type(), plan::ARENA);
         if (isView(*n))
-          makeView(tensorOf_[v], tensorOf_.at(n->input(0)));
+          makeView(tensorOf_[v], tensorOf(n->input(0)));
       }
   }
 
-  int tensorOf(const Value *v) const { return v ? tensorOf_.at(v) : -1; }
+  int tensorOf(const Value *v) const {
+    if (!v)
+      return -1;
+    auto it = tensorOf_.find(v);
+    assert(it != tensorOf_.end() && "a value without a plan tensor");
+    return it->second;
+  }
 
   /// (MatMul, operand) -> the untransposed value it reads (see
   /// foldTransposesIntoMatMuls), and the Transposes not emitted.
   /// MatMul operands read from another value: (source, read transposed).
   std::map<std::pair<const Node *, unsigned>, std::pair<const Value *, bool>> transposedOperand_;
-  std::unordered_set<const Node *> foldedTransposes_;
+  llvm::DenseSet<const Node *> foldedTransposes_;
   /// MatMuls that compute the transposed result of the Transpose they map to.
-  std::unordered_map<const Node *, const Node *> swappedMatMuls_;
+  llvm::DenseMap<const Node *, const Node *> swappedMatMuls_;
 
   /// Copies node attributes; tensor-valued ones become constant tensors.
   void addAttributes(const Node &n, google::protobuf::RepeatedPtrField<plan::Attribute> &out) {
@@ -522,7 +532,7 @@ private:
     foldTransposesIntoMatMuls(nodes);
     std::vector<FusionGroup> groups = findFusionGroups(
         nodes, opts_.fuseElementwise, [&](const Value *v) { return readAfterProgram(v); });
-    std::unordered_map<const Node *, size_t> groupOf;
+    llvm::DenseMap<const Node *, size_t> groupOf;
     for (size_t i = 0; i < groups.size(); ++i)
       for (const Node *n : groups[i].nodes)
         groupOf[n] = i;
@@ -1056,13 +1066,13 @@ private:
   const Graph &g_;
   const LowerOptions &opts_;
   plan::Plan p_;
-  std::unordered_map<const Value *, int> tensorOf_;
-  std::unordered_map<const Value *, const Value *> stateOf_;
-  std::unordered_set<const Value *> updatedStates_;
+  llvm::DenseMap<const Value *, int> tensorOf_;
+  llvm::DenseMap<const Value *, const Value *> stateOf_;
+  llvm::DenseSet<const Value *> updatedStates_;
   /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.
-  std::unordered_map<const Value *, const Value *> widenedFrom_;
-  std::unordered_set<const Value *> widenSources_;
-  std::unordered_map<const Value *, int> stepOf_;
+  llvm::DenseMap<const Value *, const Value *> widenedFrom_;
+  llvm::DenseSet<const Value *> widenSources_;
+  llvm::DenseMap<const Value *, int> stepOf_;
   std::unordered_set<std::string> counterNames_; ///< Dropout run counters named so far
   std::unordered_set<int> pinned_;
 };

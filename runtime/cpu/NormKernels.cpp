@@ -41,19 +41,60 @@ void sumOverBatch(const float *part, int64_t N, int64_t C, float *out) {
       out[c] += part[n * C + c];
 }
 
-/// Sum of g[i] * (x[i] - c), in 16 lanes combined pairwise (as sumFloats).
-float sumProductCentered(const float *g, const float *x, float c, int64_t n) {
+/// A row read element by element as fp32: fp32 in place, or bf16 widened as
+/// it is read (exact), so the passes over a bf16 tensor convert nothing into
+/// memory; other types are converted into a buffer first (rowIn).
+struct F32Row {
+  const float *p;
+  float operator[](int64_t i) const { return p[i]; }
+};
+struct Bf16Row {
+  const uint16_t *p;
+  float operator[](int64_t i) const {
+    uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+/// Calls fn with elements [begin, begin + n) of t as an F32Row or a Bf16Row.
+template <typename Fn>
+void withRow(const TensorArg &t, int64_t begin, int64_t n, float *buf, Fn &&fn) {
+  if (t.type == plan::BF16)
+    fn(Bf16Row{static_cast<const uint16_t *>(t.data) + begin});
+  else
+    fn(F32Row{rowIn(t, begin, n, buf)});
+}
+
+/// The sum over i < n of term(i) in 16 lanes (lane i % 16) combined
+/// pairwise: sumFloats' order, so these have sumFloats' bits.
+template <typename Term> float laneSum(int64_t n, Term term) {
   float acc[16] = {0};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     for (int j = 0; j < 16; ++j)
-      acc[j] += g[i + j] * (x[i + j] - c);
+      acc[j] += term(i + j);
   for (int j = 0; i < n; ++i, ++j)
-    acc[j] += g[i] * (x[i] - c);
+    acc[j] += term(i);
   for (int w = 8; w >= 1; w /= 2)
     for (int j = 0; j < w; ++j)
       acc[j] += acc[j + w];
   return acc[0];
+}
+
+template <typename R> float rowSum(R x, int64_t n) {
+  return laneSum(n, [&](int64_t i) { return x[i]; });
+}
+template <typename R> float rowSumSquaredDiff(R x, float c, int64_t n) {
+  return laneSum(n, [&](int64_t i) {
+    float d = x[i] - c;
+    return d * d;
+  });
+}
+/// Sum of g[i] * (x[i] - c).
+template <typename G, typename R> float rowSumProductCentered(G g, R x, float c, int64_t n) {
+  return laneSum(n, [&](int64_t i) { return g[i] * (x[i] - c); });
 }
 
 //===----------------------------------------------------------------------===//
@@ -106,17 +147,17 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
       pool.parallelFor(rows, minRowsFor(pix), [&](int64_t r0, int64_t r1, int range) {
         float *buf = at<float>(scratch->data(), offRow) + range * pix;
         for (int64_t r = r0; r < r1; ++r)
-          perRow(r, rowIn(x, r * pix, pix, buf), buf);
+          withRow(x, r * pix, pix, buf, [&](auto xr) { perRow(r, xr, buf); });
       });
     };
     float count = static_cast<float>(N * pix);
     if (training) {
-      rowPass([&](int64_t r, const float *xr, float *) { part[r] = sumFloats(xr, pix); });
+      rowPass([&](int64_t r, auto xr, float *) { part[r] = rowSum(xr, pix); });
       sumOverBatch(part, N, C, mu);
       for (int64_t c = 0; c < C; ++c)
         mu[c] /= count;
-      rowPass([&](int64_t r, const float *xr, float *) {
-        part[r] = sumSquaredDiff(xr, mu[r % C], pix);
+      rowPass([&](int64_t r, auto xr, float *) {
+        part[r] = rowSumSquaredDiff(xr, mu[r % C], pix);
       });
       sumOverBatch(part, N, C, vr);
       for (int64_t c = 0; c < C; ++c)
@@ -137,7 +178,7 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
         if (stats[i].data)
           storeFloat(stats[i], c, values[i]);
     }
-    rowPass([&](int64_t r, const float *xr, float *buf) {
+    rowPass([&](int64_t r, auto xr, float *buf) {
       int64_t c = r % C;
       float m = mu[c], sc = mul[c], b = add[c];
       float *yr = rowOut(y, r * pix, buf); // in place over X's row in buf is fine
@@ -404,24 +445,26 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
       pool.parallelFor(rows, minRowsFor(pix), [&](int64_t r0, int64_t r1, int range) {
         float *buf = at<float>(scratch->data(), offRow) + range * 3 * pix;
         for (int64_t r = r0; r < r1; ++r)
-          perRow(r, rowIn(x, r * pix, pix, buf), rowIn(dy, r * pix, pix, buf + pix),
-                 buf + 2 * pix);
+          withRow(x, r * pix, pix, buf, [&](auto xr) {
+            withRow(dy, r * pix, pix, buf + pix,
+                    [&](auto g) { perRow(r, xr, g, buf + 2 * pix); });
+          });
       });
     };
     float count = static_cast<float>(N * pix);
     // sum(dY * xhat) = inv * sum(dY * (X - mean)), once mean is known.
     if (training) {
-      rowPass([&](int64_t r, const float *xr, const float *g, float *) {
-        partA[r] = sumFloats(xr, pix);
-        partB[r] = sumFloats(g, pix);
+      rowPass([&](int64_t r, auto xr, auto g, float *) {
+        partA[r] = rowSum(xr, pix);
+        partB[r] = rowSum(g, pix);
       });
       sumOverBatch(partA, N, C, mu);
       sumOverBatch(partB, N, C, sumDy);
       for (int64_t c = 0; c < C; ++c)
         mu[c] /= count;
-      rowPass([&](int64_t r, const float *xr, const float *g, float *) {
-        partA[r] = sumSquaredDiff(xr, mu[r % C], pix);
-        partB[r] = sumProductCentered(g, xr, mu[r % C], pix);
+      rowPass([&](int64_t r, auto xr, auto g, float *) {
+        partA[r] = rowSumSquaredDiff(xr, mu[r % C], pix);
+        partB[r] = rowSumProductCentered(g, xr, mu[r % C], pix);
       });
       sumOverBatch(partA, N, C, inv);
       for (int64_t c = 0; c < C; ++c)
@@ -431,9 +474,9 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
       loadFloats(var, 0, C, inv);
       for (int64_t c = 0; c < C; ++c)
         inv[c] = 1.0f / std::sqrt(inv[c] + eps);
-      rowPass([&](int64_t r, const float *xr, const float *g, float *) {
-        partA[r] = sumFloats(g, pix);
-        partB[r] = sumProductCentered(g, xr, mu[r % C], pix);
+      rowPass([&](int64_t r, auto xr, auto g, float *) {
+        partA[r] = rowSum(g, pix);
+        partB[r] = rowSumProductCentered(g, xr, mu[r % C], pix);
       });
       sumOverBatch(partA, N, C, sumDy);
     }
@@ -447,7 +490,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     }
     if (!dx.data)
       return;
-    rowPass([&](int64_t r, const float *xr, const float *g, float *buf) {
+    rowPass([&](int64_t r, auto xr, auto g, float *buf) {
       int64_t c = r % C;
       float sc = loadFloat(scale, c), m = mu[c], iv = inv[c];
       float mg = sc * sumDy[c] / count, mgx = sc * sumDyXhat[c] / count;

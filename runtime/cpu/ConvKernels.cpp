@@ -188,6 +188,19 @@ public:
         return dnnl::memory::desc(toDims(dims), cdt, dnnl::memory::format_tag::any);
       };
       auto xAny = anyDesc(s.xDims()), yAny = anyDesc(s.yDims()), wAny = anyDesc(s.wDims());
+      // One block of 16 channels in and out (CIFAR ResNet's first stage),
+      // fp32: nChw16c, what format_tag::any picks, is then channels-last
+      // byte for byte, and on a channels-last src and dst oneDNN 2.6 runs its
+      // brgemm convolution, measured faster than the blocked jit one for 3x3
+      // 16 -> 16 (AVX-512, batch 64, 32x32, 2 threads: 1.44 against 1.87 ms);
+      // the reorders from and to NCHW are the same. Not for bf16 (measured
+      // no faster); and only where oneDNN has the brgemm kernel for it.
+      bool channelsLast =
+          s.C == 16 && s.M == 16 && s.group == 1 && s.kSp.size() == 2 && cdt == dt::f32;
+      if (channelsLast) {
+        xAny = dnnl::memory::desc(toDims(s.xDims()), cdt, dnnl::memory::format_tag::nhwc);
+        yAny = dnnl::memory::desc(toDims(s.yDims()), cdt, dnnl::memory::format_tag::nhwc);
+      }
       auto makePd = [&](const dnnl::memory::desc &bias) {
         auto d = b_.data ? dnnl::convolution_forward::desc(
                                dnnl::prop_kind::forward_training,
@@ -200,6 +213,11 @@ public:
         return dnnl::convolution_forward::primitive_desc(d, dnnlAttr(), dnnlEngine(), true);
       };
       auto pd = makePd(bMd);
+      if (channelsLast && (!pd || std::string(pd.impl_info_str()).rfind("brgconv", 0) != 0)) {
+        xAny = anyDesc(s.xDims());
+        yAny = anyDesc(s.yDims());
+        pd = makePd(bMd);
+      }
       if (!pd && b_.data && !biasF32) { // bf16 bias unsupported: give it as fp32
         biasF32 = true;
         bMd = plainDesc({s.M}, dt::f32);

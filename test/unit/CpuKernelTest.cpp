@@ -437,6 +437,9 @@ const std::vector<ConvCase> kConvCases = {
     {"[2,4,6,6]", "[4,1,3,3]", "[2,4,6,6]", "group = 4, pads = [1,1,1,1]"},
     {"[1,3,5,5]", "[2,3,1,1]", "[1,2,5,5]", "kernel_shape = [1,1]"},
     {"[2,2,4,4,4]", "[3,2,2,2,2]", "[2,3,3,3,3]", "strides = [1,1,1]"},
+    // 16 channels in and out: the fp32 forward runs on channels-last layouts.
+    {"[2,16,6,6]", "[16,16,3,3]", "[2,16,6,6]", "pads = [1,1,1,1]"},
+    {"[2,16,7,7]", "[16,16,3,3]", "[2,16,3,3]", "strides = [2,2]"},
 };
 } // namespace
 

@@ -440,6 +440,9 @@ const std::vector<ConvCase> kConvCases = {
     // 16 channels in and out: the fp32 forward runs on channels-last layouts.
     {"[2,16,6,6]", "[16,16,3,3]", "[2,16,6,6]", "pads = [1,1,1,1]"},
     {"[2,16,7,7]", "[16,16,3,3]", "[2,16,3,3]", "strides = [2,2]"},
+    // Batches the forward pass splits into chunks of images (5 and 6).
+    {"[10,3,6,6]", "[8,3,3,3]", "[10,8,6,6]", "pads = [1,1,1,1]"},
+    {"[12,16,5,5]", "[16,16,3,3]", "[12,16,5,5]", "pads = [1,1,1,1]"},
 };
 } // namespace
 

@@ -132,6 +132,9 @@ struct Case {
   double f32Scale = 1.0;
   /// Compare only these outputs (all when empty).
   std::vector<std::string> only = {};
+  /// 1 and 2 threads must give the same bits (kernels whose partial sums do
+  /// not depend on the thread count).
+  bool threadsBitwise = false;
 };
 
 std::string substitute(const std::string &text, DType t) {
@@ -346,6 +349,10 @@ void runCase(const Case &c, DType t) {
     std::string where;
     compare(r1.outputs[i], values(r2.outputs[i]), r1.outputs[i].type, c.f32Scale, within, where);
     EXPECT_TRUE(within) << "output '" << names[i] << "': 1 vs 2 threads: " << where;
+    if (c.threadsBitwise) {
+      EXPECT_TRUE(r1.outputs[i].bytes == r2.outputs[i].bytes)
+          << "output '" << names[i] << "': 1 and 2 threads differ in the bits";
+    }
   }
 }
 
@@ -430,6 +437,12 @@ const std::vector<ConvCase> kConvCases = {
     {"[2,4,6,6]", "[4,1,3,3]", "[2,4,6,6]", "group = 4, pads = [1,1,1,1]"},
     {"[1,3,5,5]", "[2,3,1,1]", "[1,2,5,5]", "kernel_shape = [1,1]"},
     {"[2,2,4,4,4]", "[3,2,2,2,2]", "[2,3,3,3,3]", "strides = [1,1,1]"},
+    // 16 channels in and out: the fp32 forward runs on channels-last layouts.
+    {"[2,16,6,6]", "[16,16,3,3]", "[2,16,6,6]", "pads = [1,1,1,1]"},
+    {"[2,16,7,7]", "[16,16,3,3]", "[2,16,3,3]", "strides = [2,2]"},
+    // Batches the forward pass splits into chunks of images (5 and 6).
+    {"[10,3,6,6]", "[8,3,3,3]", "[10,8,6,6]", "pads = [1,1,1,1]"},
+    {"[12,16,5,5]", "[16,16,3,3]", "[12,16,5,5]", "pads = [1,1,1,1]"},
 };
 } // namespace
 
@@ -555,6 +568,13 @@ TEST(CpuKernel, BatchNormalization) {
                header() + "g (T[8,5] x, T[5] s, T[5] b, T[5] m, T[5] v) => (T[8,5] y, T[5] rm, "
                           "T[5] rv) { y, rm, rv = BatchNormalization <training_mode = 1> (x, s, b, m, v) }",
                g});
+  // Enough rows for two ranges of rows (the row passes split rows over the
+  // threads), rows of 39 * 41 elements (a tail after the 16 lanes).
+  runAllTypes({"BatchNormalization",
+               header() + "g (T[4,6,39,41] x, T[6] s, T[6] b, T[6] m, T[6] v) => (T[4,6,39,41] y, "
+                          "T[6] rm, T[6] rv) { y, rm, rv = BatchNormalization <training_mode = 1> "
+                          "(x, s, b, m, v) }",
+               g, 1.0, {}, true});
   // The opset-9 form: training when the statistics are asked for.
   runAllTypes({"BatchNormalization",
                "<ir_version: 8, opset_import: [\"\" : 9]>\n"
@@ -589,6 +609,15 @@ TEST(CpuKernel, NormalizationGrads) {
                header(kAmpc) + "g (T[4,3,5,5] dy, T[4,3,5,5] x, T[3] s) => (T[4,3,5,5] dx, T[3] ds, "
                                "T[3] db) { dx, ds, db = ampc.BatchNormalizationGrad <epsilon = 0.001> "
                                "(dy, x, s) }"});
+  runAllTypes({"ampc.BatchNormalizationGrad",
+               header(kAmpc) + "g (T[4,6,39,41] dy, T[4,6,39,41] x, T[6] s) => (T[4,6,39,41] dx, "
+                               "T[6] ds, T[6] db) { dx, ds, db = ampc.BatchNormalizationGrad (dy, x, s) }",
+               {}, 1.0, {}, true});
+  runAllTypes({"ampc.BatchNormalizationGrad",
+               header(kAmpc) + "g (T[4,6,39,41] dy, T[4,6,39,41] x, T[6] s, T[6] m, T[6] v) => "
+                               "(T[4,6,39,41] dx, T[6] ds, T[6] db) { dx, ds, db = "
+                               "ampc.BatchNormalizationGrad <training_mode = 0> (dy, x, s, m, v) }",
+               g, 1.0, {}, true});
   runAllTypes({"ampc.BatchNormalizationGrad",
                header(kAmpc) + "g (T[6,4] dy, T[6,4] x, T[4] s, T[4] m, T[4] v) => (T[6,4] dx, T[4] ds, "
                                "T[4] db) { dx, ds, db = ampc.BatchNormalizationGrad <training_mode = 0> "

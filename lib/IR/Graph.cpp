@@ -130,6 +130,16 @@ void Value::replaceUsesWithIf(Value *other, const std::function<bool(const Use &
 // Node
 //===----------------------------------------------------------------------===//
 
+llvm::StringRef qualifiedOpTypeIn(llvm::StringRef domain, llvm::StringRef op,
+                                  llvm::SmallVectorImpl<char> &storage) {
+  if (domain.empty())
+    return op;
+  storage.assign(domain.begin(), domain.end());
+  storage.push_back('.');
+  storage.append(op.begin(), op.end());
+  return llvm::StringRef(storage.data(), storage.size());
+}
+
 std::string Node::qualifiedOpType() const {
   return domain_.empty() ? opType_ : domain_ + "." + opType_;
 }

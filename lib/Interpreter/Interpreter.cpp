@@ -140,12 +140,8 @@ llvm::Expected<std::vector<int64_t>> readAxes(const KernelContext &ctx, int from
 using namespace interp;
 
 bool hasKernel(const std::string &domain, const std::string &opType) {
-  if (domain.empty())
-    return kernelTable().lookup(opType) != nullptr;
-  llvm::SmallString<48> qualified(domain);
-  qualified += ".";
-  qualified += opType;
-  return kernelTable().lookup(qualified) != nullptr;
+  llvm::SmallString<48> storage;
+  return kernelTable().lookup(qualifiedOpTypeIn(domain, opType, storage)) != nullptr;
 }
 
 bool hasKernel(const Node &n) { return hasKernel(n.domain(), n.opType()); }

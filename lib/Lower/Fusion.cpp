@@ -48,14 +48,8 @@ bool isFusedOp(const Node &n) {
       s.insert(info.name);
     return s;
   }();
-  if (n.domain().empty())
-    return names.contains(n.opType());
-  if (n.domain() != kAmpcDomain)
-    return false;
-  llvm::SmallString<48> qualified(kAmpcDomain);
-  qualified += ".";
-  qualified += n.opType();
-  return names.contains(qualified);
+  llvm::SmallString<48> storage;
+  return names.contains(n.qualifiedOpType(storage));
 }
 
 /// Distinct values the nodes of `parts` read that none of them computes.
@@ -201,8 +195,6 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
   std::sort(byLast.begin(), byLast.end());
   for (const auto &entry : byLast) {
     size_t j = entry.second;
-    std::sort(groups[j].nodes.begin(), groups[j].nodes.end(),
-              [&](const Node *x, const Node *y) { return position[x] < position[y]; });
     bool merged = true;
     while (merged) {
       merged = false;
@@ -221,11 +213,11 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
       for (size_t i : related) {
         if (!canMerge(i, j))
           continue;
-        // Both lists are in program order: a merge, not a sort of the
-        // whole group for every group it absorbs.
+        // Every group lists its nodes in program order (the first phase
+        // appends them in order, and merges keep it): a merge, not a sort
+        // of the whole group for every group it absorbs.
         auto byPosition = [&](const Node *x, const Node *y) { return position[x] < position[y]; };
         std::vector<const Node *> &into = groups[j].nodes;
-        std::sort(groups[i].nodes.begin(), groups[i].nodes.end(), byPosition);
         size_t middle = into.size();
         for (const Node *n : groups[i].nodes) {
           groupOf[n] = j;

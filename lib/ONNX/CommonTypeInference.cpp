@@ -70,12 +70,7 @@ bool broadcastAll(const Node &n, Shape &out) {
 
 /// The constant int64 data of operand i, if it has some.
 const Tensor *constantInts(const Node &n, unsigned i) {
-  const Value *v = n.input(i);
-  if (!v)
-    return nullptr;
-  const Tensor *data = v->data();
-  if (!data && v->producer() && v->producer()->is("Constant"))
-    data = v->producer()->getTensor("value");
+  const Tensor *data = constantOperandData(n.input(i));
   return data && data->dtype() == DType::I64 && data->shape().size() == 1 ? data : nullptr;
 }
 
@@ -134,9 +129,20 @@ std::optional<TensorType> gemm(const Node &n) {
 
 } // namespace
 
+const Tensor *constantOperandData(const Value *v) {
+  if (!v)
+    return nullptr;
+  if (const Tensor *data = v->data())
+    return data;
+  if (v->producer() && v->producer()->is("Constant"))
+    return v->producer()->getTensor("value");
+  return nullptr;
+}
+
 std::optional<TensorType> inferCommonType(const Node &n) {
   Shape shape;
-  switch (ruleOf(n)) {
+  Rule rule = ruleOf(n);
+  switch (rule) {
   case Rule::None:
     return std::nullopt;
   case Rule::SameAsFirst:
@@ -147,7 +153,7 @@ std::optional<TensorType> inferCommonType(const Node &n) {
   case Rule::Compare:
     if (!allPresent(n, 2) || !broadcastAll(n, shape))
       return std::nullopt;
-    return TensorType(ruleOf(n) == Rule::Compare ? DType::Bool : n.input(0)->dtype(), shape);
+    return TensorType(rule == Rule::Compare ? DType::Bool : n.input(0)->dtype(), shape);
   case Rule::Where:
     if (!allPresent(n, 3) || !broadcastAll(n, shape))
       return std::nullopt;

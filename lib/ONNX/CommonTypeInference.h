@@ -18,4 +18,8 @@ namespace ampc {
 /// shapes, bad attributes, axes unknown before run time).
 std::optional<TensorType> inferCommonType(const Node &n);
 
+/// What an inference function sees of an operand's data: an initializer's
+/// (or an input's default), or a Constant node's value; nullptr otherwise.
+const Tensor *constantOperandData(const Value *v);
+
 } // namespace ampc

@@ -105,10 +105,7 @@ llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schema
     for (int64_t d : v->shape())
       shape->add_dim()->set_dim_value(d);
     typesByName[key] = &inTypes[i];
-    const Tensor *data = v->data();
-    if (!data && v->producer() && v->producer()->is("Constant"))
-      data = v->producer()->getTensor("value");
-    if (data) {
+    if (const Tensor *data = constantOperandData(v)) {
       inData.emplace_back();
       tensorToProto(*data, key, inData.back());
       dataByName[key] = &inData.back();

@@ -11,6 +11,7 @@
 #include "ampc/IR/DType.h"
 #include "ampc/IR/Tensor.h"
 
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <functional>
@@ -27,6 +28,10 @@ namespace ampc {
 
 class Graph;
 class Node;
+
+/// "op" or "domain.op" in `storage` (kept in it only when a domain is given).
+llvm::StringRef qualifiedOpTypeIn(llvm::StringRef domain, llvm::StringRef op,
+                                  llvm::SmallVectorImpl<char> &storage);
 
 /// The project's own operator domain.
 inline constexpr std::string_view kAmpcDomain = "ampc";
@@ -156,6 +161,10 @@ public:
   bool isAmpc(std::string_view op) const { return domain_ == kAmpcDomain && opType_ == op; }
   /// "Op" or "domain.Op".
   std::string qualifiedOpType() const;
+  /// The same in `storage`, for lookups that should not allocate.
+  llvm::StringRef qualifiedOpType(llvm::SmallVectorImpl<char> &storage) const {
+    return qualifiedOpTypeIn(domain_, opType_, storage);
+  }
   /// The node's name, or its first output's name when it has none: for messages.
   std::string displayName() const;
 

@@ -167,7 +167,7 @@ Loss lossOfFloat(float x, DType low) {
 std::optional<std::string> unrepresentable(const Tensor &t, DType low) {
   bool floats = t.dtype() == DType::F32 && (low == DType::F16 || low == DType::BF16);
   const float *f = floats ? reinterpret_cast<const float *>(t.data()) : nullptr;
-  for (int64_t i = 0; i < t.size(); ++i) {
+  for (int64_t i = 0, count = t.size(); i < count; ++i) {
     Loss loss = floats ? lossOfFloat(f[i], low) : lossOf(t.getDouble(i), low);
     if (loss == Loss::None)
       continue;

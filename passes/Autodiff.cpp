@@ -471,10 +471,9 @@ void Differentiator::warnAboutBufferLikeParameters() {
     // A table of zeros and one other value (1, -inf, -1e4...): a mask.
     // Rank 2 at least, so that fresh LayerNorm weights are not taken for one.
     if (const Tensor *t = v->data(); t && v->type().shape.size() >= 2) {
-      std::vector<double> values = t->toDoubles();
       std::set<double> distinct;
-      for (size_t i = 0; i < values.size() && distinct.size() <= 2; ++i)
-        distinct.insert(values[i]);
+      for (int64_t i = 0, count = t->size(); i < count && distinct.size() <= 2; ++i)
+        distinct.insert(t->getDouble(i));
       mask = distinct.size() == 2 && distinct.count(0.0);
     }
     if (scalar || mask || bufferLikeName(v->name()))

@@ -33,15 +33,15 @@ bool isNondeterministic(const Node &n) {
 bool readsOnlyType(const Node &n) { return n.is("Shape") || n.is("Size"); }
 
 bool isFoldable(const Node &n, int64_t maxElements) {
-  if (isNondeterministic(n) || !hasKernel(n) || n.numOutputs() == 0)
+  // Cheapest test first: most nodes read a value computed at run time.
+  if (!readsOnlyType(n))
+    for (const Value *v : n.inputs())
+      if (v && !v->isConstant())
+        return false;
+  if (n.numOutputs() == 0 || isNondeterministic(n) || !hasKernel(n))
     return false;
-  for (const Value *v : n.outputs())
-    if (!v || v->type().numElements() > maxElements)
-      return false;
-  if (readsOnlyType(n))
-    return true;
-  for (const Value *v : n.inputs())
-    if (v && !v->isConstant())
+  for (unsigned i = 0; i < n.numOutputs(); ++i)
+    if (!n.output(i) || n.output(i)->type().numElements() > maxElements)
       return false;
   return true;
 }

@@ -13,9 +13,9 @@ bool eliminateDeadCode(Graph &g) {
   // Reverse order: a node's users are erased before it is looked at.
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     Node *n = *it;
-    std::vector<Value *> results = n->outputs();
-    bool dead = std::all_of(results.begin(), results.end(),
-                            [](const Value *v) { return !v || v->isDead(); });
+    bool dead = true;
+    for (unsigned i = 0; dead && i < n->numOutputs(); ++i)
+      dead = !n->output(i) || n->output(i)->isDead();
     if (!dead)
       continue;
     g.eraseNode(n);

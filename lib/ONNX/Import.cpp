@@ -8,6 +8,7 @@
 #include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/ONNX/Schemas.h"
 #include "ampc/ONNX/TextFormat.h"
+#include "ampc/ONNX/TypeInference.h"
 #include "StaticShapes.h"
 #include "ampc/Support/Error.h"
 
@@ -18,6 +19,7 @@
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -356,12 +358,18 @@ bool everyShapeStatic(const onnx::GraphProto &graph) {
   return true;
 }
 
-llvm::Error runChecker(onnx::ModelProto &model) {
+llvm::Error runModelChecker(onnx::ModelProto &model) {
   try {
     checkModelWithStandIns(model);
   } catch (const std::exception &e) {
     return makeError("invalid model: " + oneLine(e.what()));
   }
+  return llvm::Error::success();
+}
+
+llvm::Error runChecker(onnx::ModelProto &model) {
+  if (auto err = runModelChecker(model))
+    return err;
   try {
     // First without data propagation: ONNX 1.12 propagated the data of a
     // Shape whose operand had failed inference and crashed (found by
@@ -535,11 +543,40 @@ void markOperandConstants(Graph &g) {
   }
 }
 
-llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
-                                                  TakenValues &taken,
-                                                  const std::string &baseDir) {
+/// A declared graph output type that ONNX's inference would accept for a
+/// value of type `computed`: the same element type and rank, and no static
+/// dimension that differs (symbolic ones take the computed size).
+bool declaredTypeAdmits(const onnx::TypeProto &declared, const TensorType &computed) {
+  if (!declared.has_tensor_type())
+    return false;
+  const auto &tt = declared.tensor_type();
+  if (dtypeFromOnnx(tt.elem_type()) != computed.dtype)
+    return false;
+  if (!tt.has_shape())
+    return true;
+  if (tt.shape().dim_size() != static_cast<int>(computed.shape.size()))
+    return false;
+  for (int d = 0; d < tt.shape().dim_size(); ++d)
+    if (tt.shape().dim(d).has_dim_value() && tt.shape().dim(d).dim_value() != computed.shape[d])
+      return false;
+  return true;
+}
+
+/// How buildGraph finds the result types of nodes.
+enum class NodeTypes {
+  /// From the model's value_info, filled in by ONNX's shape inference.
+  FromValueInfo,
+  /// Inferred node by node while building (inferImportedNodeTypes): any
+  /// failure makes the import fall back to ONNX's inference, which then
+  /// names the fault as before.
+  InferredWhileBuilding,
+};
+
+/// Builds the model's graph into the empty `g`.
+llvm::Error fillGraph(const onnx::ModelProto &model, TakenValues &taken,
+                      const std::string &baseDir, NodeTypes nodeTypes, Graph *g) {
+  bool infer = nodeTypes == NodeTypes::InferredWhileBuilding;
   const auto &gp = model.graph();
-  auto g = std::make_unique<Graph>();
   g->name = gp.name().empty() ? "main" : gp.name();
   g->irVersion = model.ir_version();
   g->producerName = model.producer_name();
@@ -550,12 +587,14 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     g->metadata[prop.key()] = prop.value();
 
   std::unordered_map<std::string, const onnx::TypeProto *> types;
-  for (const auto &v : gp.value_info())
-    types[v.name()] = &v.type();
-  for (const auto &v : gp.output())
-    types[v.name()] = &v.type();
-  for (const auto &v : gp.input())
-    types[v.name()] = &v.type();
+  if (!infer) {
+    for (const auto &v : gp.value_info())
+      types[v.name()] = &v.type();
+    for (const auto &v : gp.output())
+      types[v.name()] = &v.type();
+    for (const auto &v : gp.input())
+      types[v.name()] = &v.type();
+  }
 
   std::unordered_map<std::string, Value *> values;
   for (const auto &t : gp.initializer()) {
@@ -586,6 +625,10 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
         outTypes.emplace_back();
         continue;
       }
+      if (infer) {
+        outTypes.emplace_back(DType::F32, Shape{}); // inferred below
+        continue;
+      }
       auto it = types.find(name);
       if (it == types.end())
         return makeError(nodeLabel(np) + ": the type of output '" + name +
@@ -613,6 +656,14 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
     }
     Node *n = g->createNode(opType, inputs, outTypes, std::move(attrs), np.name(), domain,
                             outNames);
+    if (infer) {
+      auto inferred = inferImportedNodeTypes(*n);
+      if (!inferred)
+        return inferred.takeError();
+      for (unsigned i = 0; i < n->numOutputs(); ++i)
+        if (Value *v = n->output(i))
+          v->setType((*inferred)[i]);
+    }
     // What ONNX 1.12's checker and inference leave unchecked.
     for (auto check : {checkGemmShapes, checkLossReduction, checkGatherElementsShapes,
                        checkTransposePerm, checkAxisRange})
@@ -624,6 +675,12 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
   }
   for (const auto &out : gp.output()) {
     Value *v = values.at(out.name());
+    if (infer) {
+      if (!declaredTypeAdmits(out.type(), v->type()))
+        return makeError("graph output '" + out.name() + "' is declared otherwise");
+      g->addOutput(v);
+      continue;
+    }
     auto declared = staticType(out.type(), "graph output '" + out.name() + "'");
     if (!declared)
       return declared.takeError();
@@ -645,7 +702,73 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
   if (std::string err = absorbIRFacts(*g); !err.empty())
     return makeError(err);
   markOperandConstants(*g);
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
+                                                  TakenValues &taken,
+                                                  const std::string &baseDir) {
+  auto g = std::make_unique<Graph>();
+  if (auto err = fillGraph(model, taken, baseDir, NodeTypes::FromValueInfo, g.get()))
+    return std::move(err);
   return g;
+}
+
+/// ONNX's checker and shape inference over the model, which record every
+/// value's type in its value_info (shapes ONNX leaves open completed by
+/// partial evaluation); an error names the fault.
+llvm::Error inferWithOnnx(onnx::ModelProto &model) {
+  onnx::GraphProto &graph = *model.mutable_graph();
+  std::vector<int> explicitKernels = makeConvKernelShapesExplicit(graph);
+  llvm::Error checked = runChecker(model);
+  removeAddedKernelShapes(graph, explicitKernels);
+  if (checked)
+    return checked;
+  return completeStaticShapes(model);
+}
+
+/// Whether the model's types can be inferred while its graph is built: no
+/// value_info of its own to reconcile, no Shape or Size, whose data ONNX's
+/// inference propagates into the shapes of later nodes, and no convolution,
+/// whose inference is safe only with the explicit kernel_shape inferWithOnnx
+/// gives it.
+bool typesInferableWhileBuilding(const onnx::ModelProto &model) {
+  if (model.graph().value_info_size() > 0 || model.functions_size() > 0)
+    return false;
+  static const llvm::StringSet<> kNeedOnnx = {"Shape", "Size", "Conv", "ConvTranspose",
+                                              "ConvInteger", "QLinearConv"};
+  for (const auto &n : model.graph().node())
+    if (isDefaultDomain(n.domain()) && kNeedOnnx.contains(n.op_type()))
+      return false;
+  return true;
+}
+
+/// Gives the values buildGraph took from `taken` back from its graph.
+void returnTakenValues(const Graph &g, TakenValues &taken) {
+  for (auto &[name, tensor] : taken)
+    if (const Value *v = g.findValue(name); v && v->data())
+      tensor = *v->data();
+}
+
+/// The graph with each node's result types inferred as it is created (by
+/// the common rules or the node's own schema), which is most of the import's
+/// time when ONNX infers the whole model first; a null graph (and `taken`
+/// as it was) where any node needs ONNX's inference or is at fault.
+std::unique_ptr<Graph> buildInferringTypes(onnx::ModelProto &model, TakenValues &taken,
+                                           const std::string &baseDir, const ImportOptions &opts) {
+  if (opts.wholeModelInference || !typesInferableWhileBuilding(model))
+    return nullptr;
+  if (llvm::Error err = runModelChecker(model)) {
+    llvm::consumeError(std::move(err));
+    return nullptr;
+  }
+  auto g = std::make_unique<Graph>();
+  llvm::Error err = fillGraph(model, taken, baseDir, NodeTypes::InferredWhileBuilding, g.get());
+  if (!err)
+    return g;
+  llvm::consumeError(std::move(err));
+  returnTakenValues(*g, taken);
+  return nullptr;
 }
 
 } // namespace
@@ -678,18 +801,16 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
     return fail(std::move(err));
   if (auto err = checkKnownOps(model))
     return fail(std::move(err));
-  std::vector<int> explicitKernels = makeConvKernelShapesExplicit(graph);
   if (auto err = bindInputShapes(graph, opts))
     return fail(std::move(err));
-  llvm::Error checked = runChecker(model);
-  removeAddedKernelShapes(graph, explicitKernels);
-  if (checked)
-    return fail(std::move(checked));
-  if (auto err = completeStaticShapes(model))
-    return fail(std::move(err));
-  auto g = buildGraph(model, taken, baseDir);
-  if (!g)
-    return fail(g.takeError());
+  llvm::Expected<std::unique_ptr<Graph>> g = buildInferringTypes(model, taken, baseDir, opts);
+  if (!*g) {
+    if (auto err = inferWithOnnx(model))
+      return fail(std::move(err));
+    g = buildGraph(model, taken, baseDir);
+    if (!g)
+      return fail(g.takeError());
+  }
   for (const auto &[name, proto] : defaults) {
     Value *v = (*g)->findValue(name);
     auto it = taken.find(name);

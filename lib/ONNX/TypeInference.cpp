@@ -7,11 +7,17 @@
 #include "ampc/ONNX/Schemas.h"
 #include "ampc/Support/Error.h"
 
+#include "onnx/defs/data_type_utils.h"
 #include "onnx/defs/schema.h"
 #include "onnx/defs/shape_inference.h"
 #include "onnx/shape_inference/implementation.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringMap.h"
+
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 
@@ -36,7 +42,8 @@ struct PartialType {
 /// interpreter's kernels (the importer's partial evaluation, constant
 /// folding) copy elements on that promise (found by fuzzing).
 llvm::Error checkTypeParameters(const onnx::OpSchema &schema, const Node &n) {
-  std::map<std::string, DType> bound;
+  // Few parameters, compared by name: a map would allocate for each node.
+  llvm::SmallVector<std::pair<const std::string *, DType>, 4> bound;
   const auto &formals = schema.inputs();
   auto check = [&](unsigned i, const Value *v) -> llvm::Error {
     if (!v || formals.empty())
@@ -51,11 +58,17 @@ llvm::Error checkTypeParameters(const onnx::OpSchema &schema, const Node &n) {
     if (!isParameter || (formal.GetOption() == onnx::OpSchema::Variadic &&
                          !formal.GetIsHomogeneous()))
       return llvm::Error::success();
-    auto [it, fresh] = bound.emplace(formal.GetTypeStr(), v->dtype());
-    if (fresh || it->second == v->dtype())
+    const std::string &param = formal.GetTypeStr();
+    auto it = std::find_if(bound.begin(), bound.end(),
+                           [&](const auto &b) { return *b.first == param; });
+    if (it == bound.end()) {
+      bound.emplace_back(&param, v->dtype());
+      return llvm::Error::success();
+    }
+    if (it->second == v->dtype())
       return llvm::Error::success();
     return makeError(label(n) + ": '" + v->name() + "' is " + std::string(dtypeName(v->dtype())) +
-                     " but type parameter " + formal.GetTypeStr() + " is bound to " +
+                     " but type parameter " + param + " is bound to " +
                      std::string(dtypeName(it->second)));
   };
   for (unsigned i = 0; i < n.numInputs(); ++i)
@@ -66,15 +79,68 @@ llvm::Error checkTypeParameters(const onnx::OpSchema &schema, const Node &n) {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schemaOnly = false) {
+/// ONNX's interned type of a tensor of `d` ("tensor(float)"), what schema
+/// type constraints hold; nullptr for Undefined.
+onnx::DataType onnxTensorType(DType d) {
+  static const std::array<onnx::DataType, 10> types = [] {
+    std::array<onnx::DataType, 10> out{};
+    for (unsigned i = 1; i < out.size(); ++i)
+      out[i] = onnx::Utils::DataTypeUtils::ToType(
+          "tensor(" +
+          onnx::Utils::DataTypeUtils::ToDataTypeString(dtypeToOnnx(static_cast<DType>(i))) + ")");
+    return out;
+  }();
+  unsigned i = static_cast<unsigned>(d);
+  return i < types.size() ? types[i] : nullptr;
+}
+
+/// Whether every operand's element type is one its formal parameter allows
+/// (what ONNX's inference checks with check_type), without building the
+/// type strings it compares.
+bool operandTypesAllowed(const onnx::OpSchema &schema, const Node &n) {
+  const auto &formals = schema.inputs();
+  for (unsigned i = 0; i < n.numInputs(); ++i) {
+    const Value *v = n.input(i);
+    if (!v)
+      continue;
+    if (formals.empty())
+      return false;
+    const auto &allowed = formals[std::min<size_t>(i, formals.size() - 1)].GetTypes();
+    onnx::DataType type = onnxTensorType(v->dtype());
+    if (!type || !allowed.count(type))
+      return false;
+  }
+  return true;
+}
+
+int schemaVersion(const Node &n) {
+  int version = static_cast<int>(n.graph()->opsetVersion(n.domain()));
+  return n.domain() == kAmpcDomain && version == 0 ? 1 : version;
+}
+
+/// The node's schema at the graph's opset. The registry's lookup hashes two
+/// strings and walks a map; passes look up the same few operators for every
+/// node they create, so the answers are kept (per thread: the registry is
+/// read-only once registered, the cache is not).
+const onnx::OpSchema *schemaOf(const Node &n) {
   registerAmpcSchemas();
-  const Graph &g = *n.graph();
-  int version = static_cast<int>(g.opsetVersion(n.domain()));
-  if (n.domain() == kAmpcDomain && version == 0)
-    version = 1;
-  const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(n.opType(), version, n.domain());
+  int version = schemaVersion(n);
+  llvm::SmallString<64> key(n.domain());
+  key.push_back('\0');
+  key.append(n.opType());
+  key.push_back('\0');
+  key.append(std::to_string(version));
+  thread_local llvm::StringMap<const onnx::OpSchema *> cache;
+  auto [it, fresh] = cache.try_emplace(key, nullptr);
+  if (fresh)
+    it->second = onnx::OpSchemaRegistry::Schema(n.opType(), version, n.domain());
+  return it->second;
+}
+
+llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schemaOnly = false) {
+  const onnx::OpSchema *schema = schemaOf(n);
   if (!schema)
-    return makeError(label(n) + ": no ONNX schema at opset " + std::to_string(version));
+    return makeError(label(n) + ": no ONNX schema at opset " + std::to_string(schemaVersion(n)));
   if (auto err = checkTypeParameters(*schema, n))
     return std::move(err);
   if (!schemaOnly)
@@ -171,6 +237,13 @@ llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n) {
 
 llvm::Expected<std::vector<TensorType>> inferNodeTypesWithSchema(const Node &n) {
   return inferStaticTypes(n, /*schemaOnly=*/true);
+}
+
+llvm::Expected<std::vector<TensorType>> inferImportedNodeTypes(const Node &n) {
+  const onnx::OpSchema *schema = schemaOf(n);
+  if (!schema || !operandTypesAllowed(*schema, n))
+    return makeError(label(n) + ": an operand's type is not one the schema allows");
+  return inferStaticTypes(n, /*schemaOnly=*/false);
 }
 
 llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,

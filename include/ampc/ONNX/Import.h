@@ -30,6 +30,10 @@ struct ImportOptions {
   std::map<std::string, Shape> shapes;
   /// --batch=N: binds the first dimension of every graph input.
   std::optional<int64_t> batch;
+  /// Types from ONNX's shape inference over the whole model, the import's
+  /// fallback, even where they could be inferred node by node while the
+  /// graph is built (what tests compare the two with).
+  bool wholeModelInference = false;
 };
 
 /// Imports a model file; "-" reads ONNX text from stdin. Errors start with the

@@ -22,6 +22,10 @@ llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n);
 /// what tests compare that computation with.
 llvm::Expected<std::vector<TensorType>> inferNodeTypesWithSchema(const Node &n);
 
+/// inferNodeTypes for a node as imported: also an error where an operand's
+/// element type is not one the schema allows (ONNX's check_type).
+llvm::Expected<std::vector<TensorType>> inferImportedNodeTypes(const Node &n);
+
 /// Creates a node whose result types are inferred from its schema.
 llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,
                                           const std::vector<Value *> &inputs,

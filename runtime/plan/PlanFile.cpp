@@ -7,10 +7,12 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
 #include <google/protobuf/stubs/logging.h>
 #include <zlib.h>
 
 #include <cstring>
+#include <future>
 #include <set>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -108,6 +110,64 @@ uint64_t crcOf(const char *data, size_t size, uLong crc = crc32(0L, Z_NULL, 0)) 
 
 } // namespace
 
+namespace {
+
+/// The plan's tensors as the bytes of Plan.tensors (field 3), each entry's
+/// tag, length and message, as Plan's own serialization writes them.
+std::string serializeTensorField(const google::protobuf::RepeatedPtrField<plan::Tensor> &tensors) {
+  using google::protobuf::io::CodedOutputStream;
+  using google::protobuf::internal::WireFormatLite;
+  std::vector<uint32_t> sizes(tensors.size());
+  size_t total = 0;
+  for (int i = 0; i < tensors.size(); ++i) {
+    size_t size = tensors.Get(i).ByteSizeLong();
+    if (size > static_cast<size_t>(INT32_MAX))
+      return std::string(); // the caller's size check fails
+    sizes[i] = static_cast<uint32_t>(size);
+    total += 1 + CodedOutputStream::VarintSize32(sizes[i]) + size;
+  }
+  std::string bytes(total, '\0');
+  auto *at = reinterpret_cast<uint8_t *>(bytes.data());
+  for (int i = 0; i < tensors.size(); ++i) {
+    at = WireFormatLite::WriteTagToArray(plan::Plan::kTensorsFieldNumber,
+                                         WireFormatLite::WIRETYPE_LENGTH_DELIMITED, at);
+    at = CodedOutputStream::WriteVarint32ToArray(sizes[i], at);
+    at = tensors.Get(i).SerializeWithCachedSizesToArray(at);
+  }
+  return bytes;
+}
+
+/// Bytes of Plan's fields before `tensors` (version and producer).
+size_t bytesBeforeTensors(const plan::Plan &p) {
+  using google::protobuf::io::CodedOutputStream;
+  size_t n = 0;
+  if (p.version() != 0)
+    n += 1 + CodedOutputStream::VarintSize32(p.version());
+  if (!p.producer().empty())
+    n += 1 + CodedOutputStream::VarintSize32(static_cast<uint32_t>(p.producer().size())) +
+         p.producer().size();
+  return n;
+}
+
+/// The rest of the message (every field but `tensors`), deterministic, so
+/// that one model and one command give the same plan bytes (protobuf orders
+/// map fields, the plan's info, by hash otherwise). False past 2 GiB.
+bool serializeAllButTensors(const plan::Plan &p, std::string &bytes) {
+  // The sizes are computed once (SerializeToCodedStream would compute them
+  // again) and the bytes written into a buffer of the final size.
+  size_t size = p.ByteSizeLong();
+  if (size > static_cast<size_t>(INT32_MAX))
+    return false;
+  bytes.resize(size);
+  google::protobuf::io::ArrayOutputStream stream(bytes.data(), static_cast<int>(size));
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  p.SerializeWithCachedSizes(&coded);
+  return !coded.HadError() && static_cast<size_t>(coded.ByteCount()) == size;
+}
+
+} // namespace
+
 bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePieces &out,
                     std::string &error) {
   // Every value of the data section, in tensor order: large values leave the
@@ -125,6 +185,8 @@ bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePiece
   }
   std::vector<std::pair<int, std::string>> moved;
   std::vector<int> order;
+  std::vector<uint64_t> offsets;
+  std::vector<std::string_view> values; // in `order`, while out of the message
   uint64_t dataSize = 0;
   for (int i = 0; i < p.tensors_size(); ++i) {
     plan::Tensor &t = *p.mutable_tensors(i);
@@ -132,6 +194,7 @@ bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePiece
     if (size < kPlanInlineDataLimit)
       continue;
     t.set_data_offset(dataSize);
+    offsets.push_back(dataSize);
     dataSize = alignUp(dataSize + size);
     order.push_back(i);
     if (isOutside[i])
@@ -139,64 +202,78 @@ bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePiece
     moved.emplace_back(i, std::string());
     moved.back().second.swap(*t.mutable_data());
   }
-  std::string payload;
-  // The sizes are computed once (SerializeToCodedStream would compute them
-  // again) and the bytes written into a buffer of the final size.
-  size_t messageSize = p.ByteSizeLong();
-  bool ok = messageSize <= static_cast<size_t>(INT32_MAX);
-  if (ok) {
-    payload.resize(messageSize);
-    google::protobuf::io::ArrayOutputStream stream(payload.data(), static_cast<int>(messageSize));
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    // Deterministic, so that one model and one command give the same plan
-    // bytes (protobuf orders map fields, the plan's info, by hash otherwise).
-    coded.SetSerializationDeterministic(true);
-    p.SerializeWithCachedSizes(&coded);
-    ok = !coded.HadError() && static_cast<size_t>(coded.ByteCount()) == messageSize;
-  }
+  for (size_t k = 0, m = 0; k < order.size(); ++k)
+    values.push_back(isOutside[order[k]] ? outside[order[k]]
+                                         : std::string_view(moved[m++].second));
+  out.zeros.assign(kPlanDataAlignment, '\0');
+
+  // The tensors (most of the message) and the data section's CRC are done
+  // on a second thread while the rest of the message is serialized.
+  google::protobuf::RepeatedPtrField<plan::Tensor> tensors;
+  tensors.Swap(p.mutable_tensors());
+  struct TensorWork {
+    std::string bytes;
+    uLong crc, dataCrc;
+  };
+  std::future<TensorWork> tensorWork = std::async(std::launch::async, [&] {
+    TensorWork w;
+    w.bytes = serializeTensorField(tensors);
+    w.crc = crcOf(w.bytes.data(), w.bytes.size());
+    w.dataCrc = crc32(0L, Z_NULL, 0);
+    for (size_t k = 0; k < values.size(); ++k) {
+      w.dataCrc = crcOf(values[k].data(), values[k].size(), w.dataCrc);
+      uint64_t end = k + 1 < values.size() ? offsets[k + 1] : dataSize;
+      w.dataCrc = crcOf(out.zeros.data(), end - offsets[k] - values[k].size(), w.dataCrc);
+    }
+    return w;
+  });
+  std::string rest;
+  bool ok = serializeAllButTensors(p, rest);
+  TensorWork work = tensorWork.get();
+  p.mutable_tensors()->Swap(&tensors);
   for (auto &[i, data] : moved)
     p.mutable_tensors(i)->mutable_data()->swap(data);
-  std::vector<uint64_t> offsets;
-  for (int i : order) {
-    offsets.push_back(p.tensors(i).data_offset());
+  for (int i : order)
     p.mutable_tensors(i)->clear_data_offset();
-  }
-  if (!ok) {
+  size_t split = bytesBeforeTensors(p);
+  size_t payloadSize = rest.size() + work.bytes.size();
+  if (!ok || (work.bytes.empty() && p.tensors_size() > 0) ||
+      payloadSize > static_cast<size_t>(INT32_MAX)) {
     error = "the plan could not be serialized (its message is larger than 2 GiB)";
     return false;
   }
+  uLong crcBefore = crcOf(rest.data(), split);
+  uLong crcAfter = crcOf(rest.data() + split, rest.size() - split);
+  uLong payloadCrc = crc32_combine64(crc32_combine64(crcBefore, work.crc, work.bytes.size()),
+                                     crcAfter, rest.size() - split);
 
-  uint64_t dataStart = alignUp(kPlanHeaderSize + payload.size());
+  uint64_t dataStart = alignUp(kPlanHeaderSize + payloadSize);
   std::string &head = out.head;
   head.clear();
-  head.reserve(dataStart);
+  head.reserve(kPlanHeaderSize + split);
   head.append(kMagic, 8);
   put<uint32_t>(head, kPlanVersion);
   put<uint32_t>(head, 0);
-  put<uint64_t>(head, payload.size());
-  put<uint64_t>(head, crcOf(payload.data(), payload.size()));
+  put<uint64_t>(head, payloadSize);
+  put<uint64_t>(head, payloadCrc);
   put<uint64_t>(head, dataStart);
   put<uint64_t>(head, dataSize);
   put<uint64_t>(head, 0); // the data CRC, below
   put<uint64_t>(head, 0);
-  head += payload;
-  head.resize(dataStart, '\0');
-  out.zeros.assign(kPlanDataAlignment, '\0');
-  out.pieces.assign(1, head);
-  uLong dataCrc = crc32(0L, Z_NULL, 0);
-  auto add = [&](std::string_view piece) {
-    out.pieces.push_back(piece);
-    dataCrc = crcOf(piece.data(), piece.size(), dataCrc);
-  };
+  head.append(rest, 0, split);
+  out.tensors = std::move(work.bytes);
+  out.tail.assign(rest, split);
+  out.tail.resize(dataStart - kPlanHeaderSize - split - out.tensors.size(), '\0');
+  out.pieces = {head, out.tensors, out.tail};
   for (size_t k = 0; k < order.size(); ++k) {
     int i = order[k];
     std::string_view value = isOutside[i] ? outside[i] : std::string_view(p.tensors(i).data());
-    add(value);
+    out.pieces.push_back(value);
     uint64_t end = k + 1 < order.size() ? offsets[k + 1] : dataSize;
     if (uint64_t pad = end - offsets[k] - value.size())
-      add(std::string_view(out.zeros).substr(0, pad));
+      out.pieces.push_back(std::string_view(out.zeros).substr(0, pad));
   }
-  uint64_t crc = dataCrc;
+  uint64_t crc = work.dataCrc;
   std::memcpy(&head[48], &crc, sizeof(crc));
   return true;
 }

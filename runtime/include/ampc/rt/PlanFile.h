@@ -31,7 +31,9 @@ using ExternalValues = std::vector<std::pair<int, std::string_view>>;
 /// into the plan's tensors and the external values (valid while those are
 /// alive and unchanged).
 struct PlanFilePieces {
-  std::string head;
+  std::string head;    // the header and the message's fields before its tensors
+  std::string tensors; // the message's tensors
+  std::string tail;    // the rest of the message, padded to the data section
   std::string zeros;
   std::vector<std::string_view> pieces;
 };

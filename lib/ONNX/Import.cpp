@@ -599,6 +599,16 @@ llvm::Error fillGraph(const onnx::ModelProto &model, TakenValues &taken,
   std::unordered_map<std::string, Value *> values;
   for (const auto &t : gp.initializer()) {
     auto it = taken.find(t.name());
+    // While types are inferred, the values taken out of the message stay in
+    // `taken` (the graph holds zeros that allocate nothing until
+    // buildInferringTypes succeeds), so that a build that gives way leaves
+    // them to the next; inference reads no value that large.
+    if (infer && it != taken.end()) {
+      if (it->second.size() > kMaxElements)
+        return makeError("initializer '" + t.name() + "' has more than 2^31 elements");
+      values[t.name()] = g->addInitializer(t.name(), Tensor(it->second.type()));
+      continue;
+    }
     auto tensor = it != taken.end() ? llvm::Expected<Tensor>(std::move(it->second))
                                     : tensorFromProto(t, baseDir);
     if (!tensor)
@@ -699,9 +709,15 @@ llvm::Error fillGraph(const onnx::ModelProto &model, TakenValues &taken,
                          "' names an unknown value");
       g->stateBindings.push_back({s->second, u->second});
     }
-  if (std::string err = absorbIRFacts(*g); !err.empty())
+  return llvm::Error::success();
+}
+
+/// What follows a filled graph: ampc's facts recorded in the model, and the
+/// operands that are constants.
+llvm::Error finishGraph(Graph &g) {
+  if (std::string err = absorbIRFacts(g); !err.empty())
     return makeError(err);
-  markOperandConstants(*g);
+  markOperandConstants(g);
   return llvm::Error::success();
 }
 
@@ -710,6 +726,8 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
                                                   const std::string &baseDir) {
   auto g = std::make_unique<Graph>();
   if (auto err = fillGraph(model, taken, baseDir, NodeTypes::FromValueInfo, g.get()))
+    return std::move(err);
+  if (auto err = finishGraph(*g))
     return std::move(err);
   return g;
 }
@@ -743,19 +761,14 @@ bool typesInferableWhileBuilding(const onnx::ModelProto &model) {
   return true;
 }
 
-/// Gives the values buildGraph took from `taken` back from its graph.
-void returnTakenValues(const Graph &g, TakenValues &taken) {
-  for (auto &[name, tensor] : taken)
-    if (const Value *v = g.findValue(name); v && v->data())
-      tensor = *v->data();
-}
-
 /// The graph with each node's result types inferred as it is created (by
 /// the common rules or the node's own schema), which is most of the import's
 /// time when ONNX infers the whole model first; a null graph (and `taken`
 /// as it was) where any node needs ONNX's inference or is at fault.
-std::unique_ptr<Graph> buildInferringTypes(onnx::ModelProto &model, TakenValues &taken,
-                                           const std::string &baseDir, const ImportOptions &opts) {
+llvm::Expected<std::unique_ptr<Graph>> buildInferringTypes(onnx::ModelProto &model,
+                                                           TakenValues &taken,
+                                                           const std::string &baseDir,
+                                                           const ImportOptions &opts) {
   if (opts.wholeModelInference || !typesInferableWhileBuilding(model))
     return nullptr;
   if (llvm::Error err = runModelChecker(model)) {
@@ -763,12 +776,17 @@ std::unique_ptr<Graph> buildInferringTypes(onnx::ModelProto &model, TakenValues 
     return nullptr;
   }
   auto g = std::make_unique<Graph>();
-  llvm::Error err = fillGraph(model, taken, baseDir, NodeTypes::InferredWhileBuilding, g.get());
-  if (!err)
-    return g;
-  llvm::consumeError(std::move(err));
-  returnTakenValues(*g, taken);
-  return nullptr;
+  if (llvm::Error err =
+          fillGraph(model, taken, baseDir, NodeTypes::InferredWhileBuilding, g.get())) {
+    llvm::consumeError(std::move(err));
+    return nullptr;
+  }
+  for (auto &[name, tensor] : taken)
+    if (Value *v = g->findValue(name); v && v->isInitializer())
+      v->setData(std::move(tensor));
+  if (auto err = finishGraph(*g))
+    return std::move(err);
+  return g;
 }
 
 } // namespace
@@ -804,6 +822,8 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
   if (auto err = bindInputShapes(graph, opts))
     return fail(std::move(err));
   llvm::Expected<std::unique_ptr<Graph>> g = buildInferringTypes(model, taken, baseDir, opts);
+  if (!g)
+    return fail(g.takeError());
   if (!*g) {
     if (auto err = inferWithOnnx(model))
       return fail(std::move(err));

@@ -3,6 +3,7 @@
 #include "ampc/ONNX/TypeInference.h"
 
 #include "CommonTypeInference.h"
+#include "LargeValues.h"
 #include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/ONNX/Schemas.h"
 #include "ampc/Support/Error.h"
@@ -171,7 +172,11 @@ llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schema
     for (int64_t d : v->shape())
       shape->add_dim()->set_dim_value(d);
     typesByName[key] = &inTypes[i];
-    if (const Tensor *data = constantOperandData(v)) {
+    // Inference functions read shapes, axes, pads, scales: small values.
+    // A weight is not copied into a TensorProto for them, and ONNX's own
+    // inference at import sees none of that size either (LargeValues.h).
+    const Tensor *data = constantOperandData(v);
+    if (data && data->type().byteSize() < kTakenValueBytes) {
       inData.emplace_back();
       tensorToProto(*data, key, inData.back());
       dataByName[key] = &inData.back();

@@ -86,6 +86,36 @@ m (float[4,6] x, float[6] s) => (float[4,1] y, float[N,3] z, float[4,3] e)
   EXPECT_FALSE(isError(imported)) << imported;
 }
 
+/// A shape computed by a node (Concat of constants) makes the node-by-node
+/// import give way to ONNX's inference; the weight it had left out of the
+/// graph (64 KiB, taken out of the message) is whole in the graph that
+/// follows.
+TEST(ImportInference, WeightsSurviveTheFallback) {
+  std::string values;
+  for (int i = 0; i < 128 * 128; ++i)
+    values += (i ? "," : "") + std::to_string(i % 7 + 1);
+  std::string text = R"(<ir_version: 8, opset_import: ["" : 17]>
+m (float[4,128] x) => (float[4,128] y)
+<float[128,128] w = {)" + values + R"(}>
+{
+  a = Constant <value = int64[1] {4}> ()
+  b = Constant <value = int64[1] {128}> ()
+  s = Concat <axis = 0> (a, b)
+  h = MatMul (x, w)
+  y = Reshape (h, s)
+})";
+  std::string imported = expectSameImportOfText(text);
+  ASSERT_FALSE(isError(imported)) << imported;
+  auto g = importModelText(text, "m.onnxtxt");
+  ASSERT_TRUE(bool(g)) << llvm::toString(g.takeError());
+  const Value *w = (*g)->findValue("w");
+  ASSERT_TRUE(w && w->data());
+  int wrong = 0;
+  for (int i = 0; i < 128 * 128; ++i)
+    wrong += w->data()->getDouble(i) != i % 7 + 1;
+  EXPECT_EQ(wrong, 0);
+}
+
 /// Faulty models: the node-by-node import gives way, and the error is the
 /// one ONNX's inference over the whole model gives.
 TEST(ImportInference, FaultsReportedAlike) {

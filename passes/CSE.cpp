@@ -9,7 +9,9 @@
 
 #include "ampc/Passes/Passes.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
 #include <cstring>
@@ -123,15 +125,25 @@ bool mergeConstants(Graph &g) {
 bool eliminateCommonSubexpressions(Graph &g) {
   bool changed = mergeConstants(g);
   std::vector<Node *> nodes = g.nodes();
-  std::unordered_set<Node *, NodeHash, NodeEqual> seen;
+  // The nodes seen so far by hash, in one open-addressing table (a node
+  // allocated per entry made the lookups cache misses on large graphs);
+  // equal hashes are rare, so each bucket holds one node almost always.
+  llvm::DenseMap<uint64_t, llvm::SmallVector<Node *, 1>> seen;
   seen.reserve(nodes.size());
   for (Node *n : nodes) {
     if (isRandom(*n))
       continue;
-    auto [it, inserted] = seen.insert(n);
-    if (inserted)
+    uint64_t hash = NodeHash()(n);
+    if (hash >= ~uint64_t(1)) // the table's empty and tombstone keys
+      hash = 0;
+    llvm::SmallVector<Node *, 1> &bucket = seen[hash];
+    auto equal = std::find_if(bucket.begin(), bucket.end(),
+                              [&](const Node *m) { return NodeEqual()(m, n); });
+    if (equal == bucket.end()) {
+      bucket.push_back(n);
       continue;
-    Node *first = *it;
+    }
+    Node *first = *equal;
     bool types = true;
     for (unsigned i = 0; i < n->numOutputs(); ++i)
       types = types && (!n->output(i) || (first->output(i) &&

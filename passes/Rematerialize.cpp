@@ -28,6 +28,8 @@
 #include "ampc/Support/Error.h"
 #include "ampc/rt/FusedOps.h"
 
+#include "llvm/ADT/DenseMap.h"
+
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -155,6 +157,11 @@ private:
   std::vector<bool> toSink_;
 };
 
+/// Open-addressing maps: the pass looks up every use of every forward value
+/// (std::unordered_map's node per entry made those lookups cache misses).
+using NodePositions = llvm::DenseMap<const Node *, size_t>;
+using ValueIndex = llvm::DenseMap<const Value *, int>;
+
 class RematerializePass : public Pass {
 public:
   RematerializePass(RematLevel maxLevel, uint64_t budget, bool intoKernels)
@@ -167,16 +174,16 @@ public:
     if (!loss || !loss->producer())
       return llvm::Error::success(); // not a training step: nothing is "after the loss"
     std::vector<Node *> order = g.nodes();
-    std::unordered_map<const Node *, size_t> position;
+    NodePositions position;
     for (size_t i = 0; i < order.size(); ++i)
       position[order[i]] = i;
     size_t lossAt = position[loss->producer()];
-    auto isBackward = [&](const Node *n) { return position.at(n) > lossAt; };
+    auto isBackward = [&](const Node *n) { return position.find(n)->second > lossAt; };
 
     // Forward values the backward pass reads, and the values that can
     // reach them through forward nodes.
     std::vector<Value *> values;
-    std::unordered_map<const Value *, int> index;
+    ValueIndex index;
     auto addValue = [&](Value *v) {
       if (v && !index.count(v)) {
         index[v] = static_cast<int>(values.size());
@@ -260,8 +267,7 @@ public:
   /// pass before and after.
   template <typename IsBackward>
   static Cut minCut(const std::vector<Value *> &values,
-                    std::unordered_map<const Value *, int> &index,
-                    const std::unordered_map<const Node *, size_t> &position,
+                    ValueIndex &index, const NodePositions &position,
                     IsBackward isBackward, RematLevel level) {
     int n = static_cast<int>(values.size());
     int source = 2 * n, sink = 2 * n + 1;
@@ -322,8 +328,7 @@ public:
   /// this saves time as well as bytes, and runs whatever the level.
   template <typename IsBackward>
   static void recomputeIntoKernels(const std::vector<Value *> &values,
-                                   const std::unordered_map<const Value *, int> &index,
-                                   const std::unordered_map<const Node *, size_t> &position,
+                                   const ValueIndex &index, const NodePositions &position,
                                    IsBackward isBackward, Cut &cut) {
     auto kept = [&](const Value *v) {
       auto it = index.find(v);

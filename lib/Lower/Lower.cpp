@@ -807,8 +807,8 @@ private:
   }
 
   /// The step index after which no step reads tensor `root` (or a view of it).
-  std::unordered_map<int, int> lastReads(const plan::Program &prog) const {
-    std::unordered_map<int, int> last;
+  std::vector<int> lastReads(const plan::Program &prog) const {
+    std::vector<int> last(p_.tensors_size(), -1);
     for (int s = 0; s < prog.steps_size(); ++s)
       for (int id : prog.steps(s).inputs())
         if (id >= 0)
@@ -834,8 +834,7 @@ private:
       int state = tensorOf(sb.state), updated = tensorOf(sb.updated);
       if (isViewTensor(updated) || sb.updated->isGraphInput() || used.count(state))
         continue;
-      auto lastRead = last.find(state);
-      if (lastRead != last.end() && lastRead->second > step->second)
+      if (last[state] > step->second)
         continue;
       // Views of the updated value now alias the state too.
       std::vector<int> moved = viewsOf[updated];
@@ -865,7 +864,7 @@ private:
     for (int i = 0; i < p_.tensors_size(); ++i)
       if (isViewTensor(i))
         viewsOf[viewOf_[i]].push_back(i);
-    std::unordered_set<int> written;
+    std::vector<char> written(p_.tensors_size(), 0);
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
       if (step.op() == "ampc.Fused")
@@ -874,7 +873,7 @@ private:
             continue;
           for (int in : step.inputs()) {
             if (isViewTensor(in) || storage_[in] != plan::ARENA || outputs.count(in) ||
-                inputs.count(in) || !written.count(in) || last[in] != s ||
+                inputs.count(in) || !written[in] || last[in] != s ||
                 rt::planTensorBytes(p_.tensors(in)) != rt::planTensorBytes(p_.tensors(out)) ||
                 !viewsOf[in].empty())
               continue;
@@ -885,7 +884,7 @@ private:
         }
       for (int id : step.outputs())
         if (id >= 0)
-          written.insert(rootOf(id));
+          written[rootOf(id)] = 1;
     }
   }
 
@@ -893,13 +892,13 @@ private:
   /// written by an earlier step of the program: a lowering invariant, checked
   /// because a violation would read garbage at run time.
   llvm::Error checkDefinedBeforeUse(const plan::Program &prog) const {
-    std::unordered_set<int> written;
+    std::vector<char> written(p_.tensors_size(), 0);
     for (const plan::Binding &b : prog.inputs())
-      written.insert(rootOf(b.tensor()));
+      written[rootOf(b.tensor())] = 1;
     auto defined = [&](int id) {
       int root = rootOf(id);
       plan::Storage s = storage_[root];
-      return s == plan::STATE || s == plan::CONSTANT || written.count(root);
+      return s == plan::STATE || s == plan::CONSTANT || written[root];
     };
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
@@ -910,7 +909,7 @@ private:
                            p_.tensors(id).name() + "' before any step writes it");
       for (int id : step.outputs())
         if (id >= 0)
-          written.insert(rootOf(id));
+          written[rootOf(id)] = 1;
     }
     for (const plan::Binding &b : prog.outputs())
       if (!defined(b.tensor()))

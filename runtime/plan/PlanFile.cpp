@@ -125,6 +125,8 @@ std::string serializeTensorField(const google::protobuf::RepeatedPtrField<plan::
       return std::string(); // the caller's size check fails
     sizes[i] = static_cast<uint32_t>(size);
     total += 1 + CodedOutputStream::VarintSize32(sizes[i]) + size;
+    if (total > static_cast<size_t>(INT32_MAX))
+      return std::string();
   }
   std::string bytes(total, '\0');
   auto *at = reinterpret_cast<uint8_t *>(bytes.data());
@@ -207,8 +209,8 @@ bool planFilePieces(plan::Plan &p, const ExternalValues &external, PlanFilePiece
                                          : std::string_view(moved[m++].second));
   out.zeros.assign(kPlanDataAlignment, '\0');
 
-  // The tensors (most of the message) and the data section's CRC are done
-  // on a second thread while the rest of the message is serialized.
+  // The tensor table and the data section's CRC are done on a second thread
+  // while the rest of the message is serialized.
   google::protobuf::RepeatedPtrField<plan::Tensor> tensors;
   tensors.Swap(p.mutable_tensors());
   struct TensorWork {

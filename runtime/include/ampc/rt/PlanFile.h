@@ -26,10 +26,10 @@ inline constexpr size_t kPlanInlineDataLimit = 256;
 /// compiler's own tensors, written to the file without a copy in the plan.
 using ExternalValues = std::vector<std::pair<int, std::string_view>>;
 
-/// A plan file as pieces to write one after the other: `head` (header and
-/// message), then each value of the data section and its padding, pointing
-/// into the plan's tensors and the external values (valid while those are
-/// alive and unchanged).
+/// A plan file as pieces to write one after the other: `head`, `tensors` and
+/// `tail` (the header and the message), then each value of the data section
+/// and its padding, pointing into the plan's tensors and the external values
+/// (valid while those are alive and unchanged).
 struct PlanFilePieces {
   std::string head;    // the header and the message's fields before its tensors
   std::string tensors; // the message's tensors

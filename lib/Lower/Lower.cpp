@@ -14,6 +14,8 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
 #include <cassert>
@@ -674,15 +676,20 @@ private:
   }
 
   void emitGroup(plan::Program &prog, const FusionGroup &grp) {
-    std::unordered_set<const Value *> inside;
+    llvm::SmallPtrSet<const Value *, 16> inside;
     for (const Node *n : grp.nodes)
       inside.insert(n->output());
-    std::unordered_set<const Node *> members(grp.nodes.begin(), grp.nodes.end());
+    llvm::SmallPtrSet<const Node *, 16> members(grp.nodes.begin(), grp.nodes.end());
 
     plan::Step &s = *prog.add_steps();
     s.set_op("ampc.Fused");
     plan::FusedProgram &fp = *s.mutable_fused();
-    std::map<const Value *, int> reg;
+    llvm::DenseMap<const Value *, int> reg;
+    auto regOf = [&](const Value *v) {
+      auto it = reg.find(v);
+      assert(it != reg.end() && "an operand without a register");
+      return it->second;
+    };
     std::vector<int> inputTensors;
     auto inputReg = [&](const Value *v) {
       auto it = reg.find(v);
@@ -717,9 +724,9 @@ private:
         return next++;
       };
       if (n->is("Sum") || n->is("Mean")) {
-        int acc = reg.at(n->input(0));
+        int acc = regOf(n->input(0));
         for (unsigned i = 1; i < n->numInputs(); ++i)
-          acc = instr("Add", {acc, reg.at(n->input(i))});
+          acc = instr("Add", {acc, regOf(n->input(i))});
         if (n->is("Mean"))
           for (const auto &[node, r] : meanScales)
             if (node == n)
@@ -732,7 +739,7 @@ private:
       std::vector<int> args;
       for (const Value *v : n->inputs())
         if (v)
-          args.push_back(reg.at(v));
+          args.push_back(regOf(v));
       int r = instr(n->qualifiedOpType(), args);
       plan::Instruction &in = *fp.mutable_instructions(fp.instructions_size() - 1);
       addAttributes(*n, *in.mutable_attrs());
@@ -757,7 +764,7 @@ private:
       if (!usedOutside)
         continue;
       s.add_outputs(tensorOf(v));
-      fp.add_results(reg.at(v));
+      fp.add_results(regOf(v));
       defined.push_back(v);
     }
     s.set_name(grp.nodes.back()->displayName());
@@ -823,7 +830,7 @@ private:
     auto last = lastReads(prog);
     std::unordered_set<int> used;
     // The views of each tensor, so re-basing them costs their number only.
-    std::unordered_map<int, std::vector<int>> viewsOf;
+    llvm::DenseMap<int, llvm::SmallVector<int, 2>> viewsOf;
     for (int i = 0; i < p_.tensors_size(); ++i)
       if (isViewTensor(i))
         viewsOf[viewOf_[i]].push_back(i);
@@ -837,7 +844,7 @@ private:
       if (last[state] > step->second)
         continue;
       // Views of the updated value now alias the state too.
-      std::vector<int> moved = viewsOf[updated];
+      llvm::SmallVector<int, 2> moved = viewsOf.lookup(updated);
       moved.push_back(updated);
       for (int i : moved) {
         makeView(i, state);
@@ -860,7 +867,7 @@ private:
     for (const plan::Binding &b : prog.inputs())
       inputs.insert(rootOf(b.tensor()));
     auto last = lastReads(prog);
-    std::unordered_map<int, std::vector<int>> viewsOf;
+    llvm::DenseMap<int, llvm::SmallVector<int, 2>> viewsOf;
     for (int i = 0; i < p_.tensors_size(); ++i)
       if (isViewTensor(i))
         viewsOf[viewOf_[i]].push_back(i);

@@ -27,6 +27,8 @@
 
 #include "onnx/defs/schema.h"
 
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
@@ -280,7 +282,7 @@ private:
   AutocastResult &result_;
 
   std::vector<std::unique_ptr<FloatNode>> floatNodes_;
-  std::unordered_map<const Node *, FloatNode *> floatOf_;
+  llvm::DenseMap<const Node *, FloatNode *> floatOf_;
   /// Nodes of the input graph in order, with what the report needs of them.
   struct Original {
     const Node *node;
@@ -288,18 +290,22 @@ private:
   };
   std::vector<Original> original_;
   /// Model Casts to fp32 that will cast to the low type instead.
-  std::unordered_set<const Node *> retarget_;
+  llvm::DenseSet<const Node *> retarget_;
   std::unordered_map<const Node *, std::string> modelCastNotes_;
   std::unordered_map<const Node *, std::vector<DType>> originalInputTypes_;
   std::vector<DType> originalOutputTypes_;
 
   /// Initializers and Constant node results converted at compile time.
   std::vector<Value *> convertedConstants_;
-  /// (value, type) -> the value converted to that type.
-  std::map<std::pair<const Value *, DType>, Value *> cache_;
-  std::set<const Node *> insertedCasts_, weightCasts_;
+  /// (value, type) -> the value converted to that type (castKey). LLVM's
+  /// open-addressing tables: autocast looks up every operand of every node.
+  llvm::DenseMap<std::pair<const Value *, unsigned>, Value *> cache_;
+  static std::pair<const Value *, unsigned> castKey(const Value *v, DType t) {
+    return {v, static_cast<unsigned>(t)};
+  }
+  llvm::DenseSet<const Node *> insertedCasts_, weightCasts_;
   /// Nodes the rewrite has reached (the others come later in the order).
-  std::unordered_set<const Node *> rewritten_;
+  llvm::DenseSet<const Node *> rewritten_;
   std::vector<std::string> constantLines_;
 };
 
@@ -583,8 +589,7 @@ void Autocaster::paint() {
 
 /// Whether every use of `v` is an operand that a low-precision node reads in
 /// its compute type.
-bool onlyLowConsumers(const Value *v,
-                      const std::unordered_map<const Node *, FloatNode *> &floatOf) {
+bool onlyLowConsumers(const Value *v, const llvm::DenseMap<const Node *, FloatNode *> &floatOf) {
   if (!v->hasUses() || v->isGraphOutput())
     return false;
   for (const Use &u : v->uses()) {
@@ -631,7 +636,7 @@ void Autocaster::warnIfOverflows(const Value *param, DType t) {
 Value *Autocaster::convert(Value *v, DType t, Node *consumer) {
   if (v->dtype() == t)
     return v;
-  auto key = std::make_pair(static_cast<const Value *>(v), t);
+  auto key = castKey(v, t);
   if (auto it = cache_.find(key); it != cache_.end()) {
     // A model Cast found by shareModelCasts may come after this consumer.
     Node *cast = it->second->producer();
@@ -658,7 +663,7 @@ Value *Autocaster::convert(Value *v, DType t, Node *consumer) {
   }
   cache_[key] = c;
   // Casting back gives the original value, never a round trip.
-  cache_[{c, v->dtype()}] = v;
+  cache_[castKey(c, v->dtype())] = v;
   return c;
 }
 
@@ -701,7 +706,7 @@ void Autocaster::rewriteModelCast(Node *cast) {
             shortDTypeName(in->dtype()) + ")";
   }
   if (isExactWidening(in->dtype(), out->dtype()))
-    cache_[{out, in->dtype()}] = in;
+    cache_[castKey(out, in->dtype())] = in;
   if (!retarget_.count(cast) && in->dtype() != out->dtype())
     note += ", kept";
   modelCastNotes_[cast] = note;
@@ -780,7 +785,7 @@ void Autocaster::shareModelCasts() {
     if (!isFloat(in->dtype()) || !isFloat(out->dtype()) || in->dtype() == out->dtype() ||
         mayChangeType(in))
       continue;
-    cache_.try_emplace({in, out->dtype()}, out);
+    cache_.try_emplace(castKey(in, out->dtype()), out);
   }
 }
 

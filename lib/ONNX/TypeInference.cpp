@@ -138,13 +138,27 @@ const onnx::OpSchema *schemaOf(const Node &n) {
   return it->second;
 }
 
-llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schemaOnly = false) {
+/// How a node's types are inferred.
+enum class Inference {
+  /// The common operators' direct rules, else the schema's function.
+  Direct,
+  /// The schema's function alone (what tests hold the rules to).
+  SchemaOnly,
+  /// Direct, after checking each operand's type against the schema as ONNX's
+  /// check_type does (the importer's node-by-node inference).
+  Imported,
+};
+
+llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n,
+                                                      Inference how = Inference::Direct) {
   const onnx::OpSchema *schema = schemaOf(n);
   if (!schema)
     return makeError(label(n) + ": no ONNX schema at opset " + std::to_string(schemaVersion(n)));
+  if (how == Inference::Imported && !operandTypesAllowed(*schema, n))
+    return makeError(label(n) + ": an operand's type is not one the schema allows");
   if (auto err = checkTypeParameters(*schema, n))
     return std::move(err);
-  if (!schemaOnly)
+  if (how != Inference::SchemaOnly)
     if (std::optional<TensorType> common = inferCommonType(n))
       return std::vector<PartialType>{{common->dtype, common->shape}};
 
@@ -215,8 +229,8 @@ llvm::Expected<std::vector<PartialType>> inferPartial(const Node &n, bool schema
   return out;
 }
 
-llvm::Expected<std::vector<TensorType>> inferStaticTypes(const Node &n, bool schemaOnly) {
-  auto partial = inferPartial(n, schemaOnly);
+llvm::Expected<std::vector<TensorType>> inferStaticTypes(const Node &n, Inference how) {
+  auto partial = inferPartial(n, how);
   if (!partial)
     return partial.takeError();
   std::vector<TensorType> out;
@@ -237,18 +251,15 @@ llvm::Expected<std::vector<TensorType>> inferStaticTypes(const Node &n, bool sch
 } // namespace
 
 llvm::Expected<std::vector<TensorType>> inferNodeTypes(const Node &n) {
-  return inferStaticTypes(n, /*schemaOnly=*/false);
+  return inferStaticTypes(n, Inference::Direct);
 }
 
 llvm::Expected<std::vector<TensorType>> inferNodeTypesWithSchema(const Node &n) {
-  return inferStaticTypes(n, /*schemaOnly=*/true);
+  return inferStaticTypes(n, Inference::SchemaOnly);
 }
 
 llvm::Expected<std::vector<TensorType>> inferImportedNodeTypes(const Node &n) {
-  const onnx::OpSchema *schema = schemaOf(n);
-  if (!schema || !operandTypesAllowed(*schema, n))
-    return makeError(label(n) + ": an operand's type is not one the schema allows");
-  return inferStaticTypes(n, /*schemaOnly=*/false);
+  return inferStaticTypes(n, Inference::Imported);
 }
 
 llvm::Expected<Node *> createInferredNode(Graph &g, std::string opType,

@@ -367,9 +367,11 @@ llvm::Error runModelChecker(onnx::ModelProto &model) {
   return llvm::Error::success();
 }
 
-llvm::Error runChecker(onnx::ModelProto &model) {
-  if (auto err = runModelChecker(model))
-    return err;
+/// ONNX's checker (unless it already passed) and strict shape inference.
+llvm::Error runChecker(onnx::ModelProto &model, bool checkerPassed) {
+  if (!checkerPassed)
+    if (auto err = runModelChecker(model))
+      return err;
   try {
     // First without data propagation: ONNX 1.12 propagated the data of a
     // Shape whose operand had failed inference and crashed (found by
@@ -732,13 +734,13 @@ llvm::Expected<std::unique_ptr<Graph>> buildGraph(const onnx::ModelProto &model,
   return g;
 }
 
-/// ONNX's checker and shape inference over the model, which record every
-/// value's type in its value_info (shapes ONNX leaves open completed by
-/// partial evaluation); an error names the fault.
-llvm::Error inferWithOnnx(onnx::ModelProto &model) {
+/// ONNX's checker (unless it already passed) and shape inference over the
+/// model, which record every value's type in its value_info (shapes ONNX
+/// leaves open completed by partial evaluation); an error names the fault.
+llvm::Error inferWithOnnx(onnx::ModelProto &model, bool checkerPassed) {
   onnx::GraphProto &graph = *model.mutable_graph();
   std::vector<int> explicitKernels = makeConvKernelShapesExplicit(graph);
-  llvm::Error checked = runChecker(model);
+  llvm::Error checked = runChecker(model, checkerPassed);
   removeAddedKernelShapes(graph, explicitKernels);
   if (checked)
     return checked;
@@ -765,16 +767,20 @@ bool typesInferableWhileBuilding(const onnx::ModelProto &model) {
 /// the common rules or the node's own schema), which is most of the import's
 /// time when ONNX infers the whole model first; a null graph (and `taken`
 /// as it was) where any node needs ONNX's inference or is at fault.
+/// `checkerPassed` tells whether ONNX's checker ran here and passed.
 llvm::Expected<std::unique_ptr<Graph>> buildInferringTypes(onnx::ModelProto &model,
                                                            TakenValues &taken,
                                                            const std::string &baseDir,
-                                                           const ImportOptions &opts) {
+                                                           const ImportOptions &opts,
+                                                           bool &checkerPassed) {
+  checkerPassed = false;
   if (opts.wholeModelInference || !typesInferableWhileBuilding(model))
     return nullptr;
   if (llvm::Error err = runModelChecker(model)) {
     llvm::consumeError(std::move(err));
     return nullptr;
   }
+  checkerPassed = true;
   auto g = std::make_unique<Graph>();
   if (llvm::Error err =
           fillGraph(model, taken, baseDir, NodeTypes::InferredWhileBuilding, g.get())) {
@@ -821,11 +827,13 @@ llvm::Expected<std::unique_ptr<Graph>> importModelProto(onnx::ModelProto &model,
     return fail(std::move(err));
   if (auto err = bindInputShapes(graph, opts))
     return fail(std::move(err));
-  llvm::Expected<std::unique_ptr<Graph>> g = buildInferringTypes(model, taken, baseDir, opts);
+  bool checkerPassed;
+  llvm::Expected<std::unique_ptr<Graph>> g =
+      buildInferringTypes(model, taken, baseDir, opts, checkerPassed);
   if (!g)
     return fail(g.takeError());
   if (!*g) {
-    if (auto err = inferWithOnnx(model))
+    if (auto err = inferWithOnnx(model, checkerPassed))
       return fail(std::move(err));
     g = buildGraph(model, taken, baseDir);
     if (!g)

@@ -13,23 +13,18 @@ namespace ampc {
 
 namespace {
 
-/// The operators a no-op may be: the test reads the node alone, so the
-/// others (most nodes) are passed over without touching their values.
-bool mayBeNoOp(const Node &n) {
-  return n.is("Identity") || n.is("Cast") || n.is("CastLike") || n.is("Reshape") ||
-         n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") || n.is("Expand") ||
-         n.is("Transpose") || n.is("Dropout");
-}
-
 bool isNoOp(const Node &n) {
-  if (!mayBeNoOp(n))
+  // The operator first: most nodes are passed over without touching their
+  // values.
+  bool keepsOperand = n.is("Identity") || n.is("Cast") || n.is("CastLike") || n.is("Reshape") ||
+                      n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") || n.is("Expand");
+  if (!keepsOperand && !n.is("Transpose") && !n.is("Dropout"))
     return false;
   const Value *in = n.input(0);
   const Value *out = n.output(0);
   if (!in || !out || in->type() != out->type())
     return false;
-  if (n.is("Identity") || n.is("Cast") || n.is("CastLike") || n.is("Reshape") ||
-      n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") || n.is("Expand"))
+  if (keepsOperand)
     return n.numOutputs() == 1;
   if (n.is("Transpose")) {
     auto perm = n.getInts("perm");

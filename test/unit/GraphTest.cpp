@@ -60,6 +60,34 @@ TEST(Graph, NamesAndOrder) {
   EXPECT_EQ(g.nodes().back(), c);
 }
 
+/// topologicalSort keeps the current order where it is valid: a valid order
+/// is left as it is, and a repaired one moves only what must move.
+TEST(Graph, SortKeepsTheCurrentOrder) {
+  Graph g;
+  Value *x = g.addInput("x", f32({2}));
+  std::vector<Node *> relus;
+  for (int i = 0; i < 4; ++i)
+    relus.push_back(g.createNode("Relu", {x}, {f32({2})}));
+  Node *sum = g.createNode("Add", {relus[3]->output(), relus[1]->output()}, {f32({2})});
+  Node *last = g.createNode("Neg", {sum->output()}, {f32({2})});
+  g.addOutput(last->output());
+  std::vector<Node *> valid = g.nodes();
+  EXPECT_TRUE(g.topologicalSort());
+  EXPECT_EQ(g.nodes(), valid);
+  // Moved to the front, the Add and the Neg go back to just after the last
+  // Relu they read; the other nodes keep their places.
+  g.moveBefore(sum, relus[0]);
+  g.moveBefore(last, sum);
+  EXPECT_TRUE(g.topologicalSort());
+  std::vector<Node *> expected = {relus[0], relus[1], relus[2], relus[3], sum, last};
+  EXPECT_EQ(g.nodes(), expected);
+  g.moveBefore(relus[2], relus[0]);
+  g.moveBefore(sum, relus[1]);
+  EXPECT_TRUE(g.topologicalSort());
+  expected = {relus[2], relus[0], relus[1], relus[3], sum, last};
+  EXPECT_EQ(g.nodes(), expected);
+}
+
 /// A cycle is reported by the verifier and refused by topologicalSort.
 TEST(Graph, Cycle) {
   Graph g;

@@ -19,6 +19,7 @@
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -175,38 +176,34 @@ void splitInitializerInputs(onnx::ModelProto &model,
 /// the nodes topologically (ONNX requires an order; ampc accepts any order
 /// that has one).
 llvm::Error checkStructure(onnx::GraphProto &graph) {
-  std::unordered_map<std::string, int> producer;
-  std::unordered_set<std::string> defined;
+  // Each value's producing node, -1 for graph inputs and initializers; one
+  // map keyed by the model's own strings (no copies).
+  llvm::StringMap<int> producer(graph.input_size() + graph.initializer_size() +
+                                graph.node_size());
   for (const auto &v : graph.input())
-    defined.insert(v.name());
+    producer.try_emplace(v.name(), -1);
   for (const auto &t : graph.initializer())
-    defined.insert(t.name());
+    producer.try_emplace(t.name(), -1);
   for (int i = 0; i < graph.node_size(); ++i)
     for (const auto &o : graph.node(i).output())
-      if (!o.empty()) {
-        if (defined.count(o) || producer.count(o))
-          return makeError(nodeLabel(graph.node(i)) + ": value '" + o +
-                           "' is defined more than once");
-        producer[o] = i;
-      }
-  for (const auto &n : graph.node())
-    for (const auto &in : n.input())
-      if (!in.empty() && !defined.count(in) && !producer.count(in))
-        return makeError(nodeLabel(n) + ": input '" + in +
-                         "' is not defined by any node, graph input or initializer");
-  for (const auto &o : graph.output())
-    if (!defined.count(o.name()) && !producer.count(o.name()))
-      return makeError("graph output '" + o.name() + "' is not produced by any node");
-
+      if (!o.empty() && !producer.try_emplace(o, i).second)
+        return makeError(nodeLabel(graph.node(i)) + ": value '" + o +
+                         "' is defined more than once");
   // Keep the model's order when it is already valid (the usual case).
-  std::unordered_set<std::string> available = defined;
   bool sorted = true;
-  for (const auto &n : graph.node()) {
-    for (const auto &in : n.input())
-      sorted = sorted && (in.empty() || available.count(in));
-    for (const auto &o : n.output())
-      available.insert(o);
-  }
+  for (int i = 0; i < graph.node_size(); ++i)
+    for (const auto &in : graph.node(i).input()) {
+      if (in.empty())
+        continue;
+      auto it = producer.find(in);
+      if (it == producer.end())
+        return makeError(nodeLabel(graph.node(i)) + ": input '" + in +
+                         "' is not defined by any node, graph input or initializer");
+      sorted = sorted && it->second < i;
+    }
+  for (const auto &o : graph.output())
+    if (!producer.count(o.name()))
+      return makeError("graph output '" + o.name() + "' is not produced by any node");
   if (sorted)
     return llvm::Error::success();
 
@@ -216,11 +213,13 @@ llvm::Error checkStructure(onnx::GraphProto &graph) {
   std::vector<std::vector<int>> users(n);
   for (int i = 0; i < n; ++i)
     for (const auto &in : graph.node(i).input()) {
-      auto it = producer.find(in);
-      if (in.empty() || it == producer.end())
+      if (in.empty())
+        continue;
+      int from = producer.lookup(in);
+      if (from < 0)
         continue;
       ++pending[i];
-      users[it->second].push_back(i);
+      users[from].push_back(i);
     }
   std::vector<int> order;
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
@@ -248,17 +247,19 @@ llvm::Error checkStructure(onnx::GraphProto &graph) {
 }
 
 llvm::Error checkKnownOps(const onnx::ModelProto &model) {
-  std::unordered_map<std::string, int> versions;
+  llvm::StringMap<int> versions;
   for (const auto &imp : model.opset_import())
     versions[isDefaultDomain(imp.domain()) ? "" : imp.domain()] = static_cast<int>(imp.version());
   for (const auto &n : model.graph().node()) {
-    std::string domain = isDefaultDomain(n.domain()) ? "" : n.domain();
+    llvm::StringRef domain = isDefaultDomain(n.domain()) ? "" : llvm::StringRef(n.domain());
     auto it = versions.find(domain);
     if (it == versions.end())
-      return makeError(nodeLabel(n) + ": domain '" + domain + "' is not in the model's opset_import");
-    if (!onnx::OpSchemaRegistry::Schema(n.op_type(), it->second, domain))
+      return makeError(nodeLabel(n) + ": domain '" + domain.str() +
+                       "' is not in the model's opset_import");
+    if (!lookupSchema(n.op_type(), it->second, domain))
       return makeError(nodeLabel(n) + ": unknown operator '" + n.op_type() + "' in " +
-                       (domain.empty() ? std::string("the default domain") : "domain '" + domain + "'") +
+                       (domain.empty() ? std::string("the default domain")
+                                       : "domain '" + domain.str() + "'") +
                        " at opset " + std::to_string(it->second));
   }
   return llvm::Error::success();

@@ -15,6 +15,9 @@
 
 #include "onnx/defs/schema.h"
 
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringMap.h"
+
 #include <mutex>
 
 namespace ampc {
@@ -27,6 +30,21 @@ void registerAmpcSchemas() {
     for (onnx::OpSchema &schema : ampcOpSchemas())
       onnx::RegisterSchema(std::move(schema));
   });
+}
+
+const onnx::OpSchema *lookupSchema(std::string_view op, int version, std::string_view domain) {
+  registerAmpcSchemas();
+  llvm::SmallString<64> key(llvm::StringRef(domain.data(), domain.size()));
+  key.push_back('\0');
+  key.append(llvm::StringRef(op.data(), op.size()));
+  key.push_back('\0');
+  key.append(std::to_string(version));
+  // Per thread: the registry is read-only once registered, the cache is not.
+  thread_local llvm::StringMap<const onnx::OpSchema *> cache;
+  auto [it, fresh] = cache.try_emplace(key, nullptr);
+  if (fresh)
+    it->second = onnx::OpSchemaRegistry::Schema(std::string(op), version, std::string(domain));
+  return it->second;
 }
 
 } // namespace ampc

@@ -13,9 +13,7 @@
 #include "onnx/defs/shape_inference.h"
 #include "onnx/shape_inference/implementation.h"
 
-#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/SmallVector.h"
-#include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
 #include <array>
@@ -119,23 +117,9 @@ int schemaVersion(const Node &n) {
   return n.domain() == kAmpcDomain && version == 0 ? 1 : version;
 }
 
-/// The node's schema at the graph's opset. The registry's lookup hashes two
-/// strings and walks a map; passes look up the same few operators for every
-/// node they create, so the answers are kept (per thread: the registry is
-/// read-only once registered, the cache is not).
+/// The node's schema at the graph's opset.
 const onnx::OpSchema *schemaOf(const Node &n) {
-  registerAmpcSchemas();
-  int version = schemaVersion(n);
-  llvm::SmallString<64> key(n.domain());
-  key.push_back('\0');
-  key.append(n.opType());
-  key.push_back('\0');
-  key.append(std::to_string(version));
-  thread_local llvm::StringMap<const onnx::OpSchema *> cache;
-  auto [it, fresh] = cache.try_emplace(key, nullptr);
-  if (fresh)
-    it->second = onnx::OpSchemaRegistry::Schema(n.opType(), version, n.domain());
-  return it->second;
+  return lookupSchema(n.opType(), schemaVersion(n), n.domain());
 }
 
 /// How a node's types are inferred.

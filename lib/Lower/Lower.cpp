@@ -13,7 +13,9 @@
 #include "plan.pb.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallVector.h"
 
@@ -150,8 +152,7 @@ private:
     plan::Tensor &t = *p_.add_tensors();
     t.set_name(name);
     t.set_type(planType(type.dtype));
-    for (int64_t d : type.shape)
-      t.add_shape(d);
+    t.mutable_shape()->Add(type.shape.begin(), type.shape.end());
     t.set_storage(storage);
     viewOf_.push_back(-1);
     storage_.push_back(storage);
@@ -391,14 +392,18 @@ private:
         setData(*p_.mutable_tensors(id), Tensor(v->type()));
       tensorOf_[v] = id;
     }
-    for (const Node *n : g_.nodes())
-      for (const Value *v : n->outputs()) {
+    for (const Node *n : g_.nodes()) {
+      bool view = isView(*n);
+      for (unsigned i = 0; i < n->numOutputs(); ++i) {
+        const Value *v = n->output(i);
         if (!v)
           continue;
-        tensorOf_[v] = addTensor(v->name(), v->type(), plan::ARENA);
-        if (isView(*n))
-          makeView(tensorOf_[v], tensorOf(n->input(0)));
+        int id = addTensor(v->name(), v->type(), plan::ARENA);
+        tensorOf_[v] = id;
+        if (view)
+          makeView(id, tensorOf(n->input(0)));
       }
+    }
   }
 
   int tensorOf(const Value *v) const {
@@ -433,12 +438,10 @@ private:
         pa.set_s(a.s);
         break;
       case Attribute::Kind::Ints:
-        for (int64_t i : a.ints)
-          pa.mutable_ints()->add_values(i);
+        pa.mutable_ints()->mutable_values()->Add(a.ints.begin(), a.ints.end());
         break;
       case Attribute::Kind::Floats:
-        for (double f : a.floats)
-          pa.mutable_floats()->add_values(f);
+        pa.mutable_floats()->mutable_values()->Add(a.floats.begin(), a.floats.end());
         break;
       case Attribute::Kind::Tensor: {
         int id = addTensor(n.displayName() + "." + name, a.t->type(), plan::CONSTANT);
@@ -600,8 +603,10 @@ private:
       noteStep(prog, {result});
       return;
     }
+    s.mutable_inputs()->Reserve(n.numInputs());
+    bool matMul = n.is("MatMul");
     for (unsigned i = 0; i < n.numInputs(); ++i) {
-      if (!n.is("MatMul") || i > 1) {
+      if (!matMul || i > 1) {
         s.add_inputs(tensorOf(n.input(i)));
         continue;
       }
@@ -612,7 +617,10 @@ private:
     if (n.is("Dropout") && n.domain().empty())
       addDropoutCounter(s, n);
     std::vector<const Value *> defined;
-    for (const Value *v : n.outputs()) {
+    defined.reserve(n.numOutputs());
+    s.mutable_outputs()->Reserve(n.numOutputs());
+    for (unsigned i = 0; i < n.numOutputs(); ++i) {
+      const Value *v = n.output(i);
       s.add_outputs(tensorOf(v));
       if (v)
         defined.push_back(v);
@@ -711,15 +719,12 @@ private:
       }
     int next = static_cast<int>(inputTensors.size());
     fp.set_num_inputs(next);
-    std::string names;
     for (const Node *n : grp.nodes) {
-      names += (names.empty() ? "" : ",") + n->opType();
       plan::ElemType type = planType(n->output()->dtype());
-      auto instr = [&](const std::string &op, std::vector<int> args) {
+      auto instr = [&](llvm::StringRef op, llvm::ArrayRef<int> args) {
         plan::Instruction &in = *fp.add_instructions();
-        in.set_op(op);
-        for (int a : args)
-          in.add_args(a);
+        in.set_op(op.str());
+        in.mutable_args()->Add(args.begin(), args.end());
         in.set_type(type);
         return next++;
       };
@@ -736,11 +741,12 @@ private:
         reg[n->output()] = acc;
         continue;
       }
-      std::vector<int> args;
+      llvm::SmallVector<int, 4> args;
       for (const Value *v : n->inputs())
         if (v)
           args.push_back(regOf(v));
-      int r = instr(n->qualifiedOpType(), args);
+      llvm::SmallString<32> opStorage;
+      int r = instr(n->qualifiedOpType(opStorage), args);
       plan::Instruction &in = *fp.mutable_instructions(fp.instructions_size() - 1);
       addAttributes(*n, *in.mutable_attrs());
       if (n->is("Clip")) {
@@ -781,7 +787,7 @@ private:
   }
 
   void bindInputsAndOutputs(plan::Program &prog, const ProgramSpec &spec) {
-    std::unordered_set<const Value *> read;
+    llvm::DenseSet<const Value *> read;
     for (const Node *n : spec.nodes)
       for (const Value *v : n->inputs())
         read.insert(v);

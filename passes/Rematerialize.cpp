@@ -29,6 +29,7 @@
 #include "ampc/rt/FusedOps.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallString.h"
 
 #include <algorithm>
 #include <functional>
@@ -336,7 +337,8 @@ public:
     };
     // An instruction of a fused kernel (not a view or layout change).
     auto elementwise = [](const Node &n) {
-      return rt::fusedOpByName(n.qualifiedOpType()) != rt::FusedOp::Count;
+      llvm::SmallString<48> storage;
+      return rt::isFusedOpName(n.qualifiedOpType(storage));
     };
     // The values to recompute for v from kept ones, or false when that
     // takes more than `budget` ops or ops that are not elementwise.

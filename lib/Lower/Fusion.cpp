@@ -16,7 +16,6 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/STLExtras.h"
-#include "llvm/ADT/StringSet.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -37,19 +36,11 @@ bool fusableType(DType t) {
          t == DType::Bool;
 }
 
-/// True for an op the fused kernel runs (rt::kFusedOps). A set, not
-/// rt::fusedOpByName: fusion asks this of every node several times, and a
-/// qualified name built for a scan of 40 names was 4% of compiling a graph
-/// of 10,000 nodes.
+/// True for an op the fused kernel runs (rt::kFusedOps), without building a
+/// qualified name on the heap: fusion asks this of every node several times.
 bool isFusedOp(const Node &n) {
-  static const llvm::StringSet<> names = [] {
-    llvm::StringSet<> s;
-    for (const rt::FusedOpInfo &info : rt::kFusedOps)
-      s.insert(info.name);
-    return s;
-  }();
   llvm::SmallString<48> storage;
-  return names.contains(n.qualifiedOpType(storage));
+  return rt::isFusedOpName(n.qualifiedOpType(storage));
 }
 
 /// Distinct values the nodes of `parts` read that none of them computes.

@@ -12,6 +12,9 @@
 #include <cstdint>
 #ifndef __CUDACC_RTC__ // NVRTC (generated fused kernels) has no string_view
 #include <string_view>
+#ifndef __CUDACC_RTC__
+#include <unordered_set>
+#endif
 #endif
 
 namespace ampc::rt {
@@ -76,6 +79,19 @@ inline FusedOp fusedOpByName(std::string_view name) {
     if (name == info.name)
       return info.op;
   return FusedOp::Count;
+}
+
+/// Whether `name` is an op of the fused kernel: a hashed lookup, for the
+/// compiler, which asks it of every node of a graph (fusion, rematerializing
+/// into kernels) where the scan above compared against every name.
+inline bool isFusedOpName(std::string_view name) {
+  static const std::unordered_set<std::string_view> names = [] {
+    std::unordered_set<std::string_view> set;
+    for (const FusedOpInfo &info : kFusedOps)
+      set.insert(info.name);
+    return set;
+  }();
+  return names.count(name) != 0;
 }
 #endif
 

@@ -355,8 +355,8 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
   std::unique_ptr<Node> node(new Node(this, std::move(opType), std::move(domain), std::move(name)));
   Node *n = node.get();
   n->attrs_ = std::move(attrs);
-  // Sized once: growing the operand lists one push at a time was a third of
-  // the cost of making a node.
+  // Sized once: pushed one at a time, the operand lists were reallocated as
+  // they grew (a quarter of the cost of making a node).
   n->inputs_.reserve(inputs.size());
   n->usePos_.reserve(inputs.size());
   for (Value *v : inputs)

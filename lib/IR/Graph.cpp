@@ -194,6 +194,7 @@ Value *Node::addOutput(std::string name, TensorType type) {
     return nullptr;
   }
   std::unique_ptr<Value> v(new Value(graph_, "", std::move(type), Value::Kind::NodeResult));
+  v->id_ = graph_->nextValueId_++;
   if (name.empty())
     name = displayName();
   v->name_ = graph_->claimName(name, v.get());
@@ -262,6 +263,7 @@ int64_t Graph::opsetVersion(const std::string &domain) const {
 Value *Graph::newValue(std::string name, TensorType type, Value::Kind kind) {
   ownedValues_.emplace_back(new Value(this, "", std::move(type), kind));
   Value *v = ownedValues_.back().get();
+  v->id_ = nextValueId_++;
   v->name_ = claimName(name, v);
   return v;
 }

@@ -48,7 +48,7 @@ const Value *roundingOf(const Value *updated) {
 
 } // namespace
 
-void markCastStates(const Graph &g, const llvm::DenseMap<const Value *, int> &tensorOf,
+void markCastStates(const Graph &g, llvm::function_ref<int(const Value *)> tensorOf,
                     plan::Plan &p) {
   std::unordered_map<const Value *, const Value *> stateUpdatedTo;
   for (const StateBinding &b : g.stateBindings)
@@ -60,14 +60,14 @@ void markCastStates(const Graph &g, const llvm::DenseMap<const Value *, int> &te
     auto master = stateUpdatedTo.find(rounded);
     if (master == stateUpdatedTo.end() || !master->second->data())
       continue;
-    auto copyId = tensorOf.find(b.state), masterId = tensorOf.find(master->second);
-    if (copyId == tensorOf.end() || masterId == tensorOf.end())
+    int copyId = tensorOf(b.state), masterId = tensorOf(master->second);
+    if (copyId < 0 || masterId < 0)
       continue;
-    plan::Tensor &t = *p.mutable_tensors(copyId->second);
+    plan::Tensor &t = *p.mutable_tensors(copyId);
     if (t.zero_init() || !isConversionOf(*b.state->data(), *master->second->data()))
       continue;
     t.clear_data();
-    t.set_cast_of(masterId->second);
+    t.set_cast_of(masterId);
   }
 }
 

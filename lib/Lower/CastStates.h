@@ -4,7 +4,7 @@
 
 #include "ampc/IR/Graph.h"
 
-#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace ampc {
 namespace plan {
@@ -16,7 +16,8 @@ class Plan;
 /// the parameter's next value, initially its conversion) as `cast_of` that
 /// state, so that the plan stores no value for it. The initial values are
 /// compared element by element: a state that differs keeps its value.
-void markCastStates(const Graph &g, const llvm::DenseMap<const Value *, int> &tensorOf,
+/// `tensorOf` gives a value's plan tensor, or -1.
+void markCastStates(const Graph &g, llvm::function_ref<int(const Value *)> tensorOf,
                     plan::Plan &p);
 
 } // namespace ampc

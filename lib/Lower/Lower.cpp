@@ -102,7 +102,7 @@ public:
       // plan's tensors are made (a fifth of lowering a 10,000-node graph).
       fusion = std::async(std::launch::async, [this, &specs] { return fuseEach(*specs); });
       createValueTensors();
-      markCastStates(g_, tensorOf_, p_);
+      markCastStates(g_, [this](const Value *v) { return tensorOf_[v->id()]; }, p_);
       dropConvertedExternalValues();
     }
     std::vector<std::vector<FusionGroup>> groups;
@@ -377,11 +377,12 @@ private:
   }
 
   void createValueTensors() {
+    tensorOf_.assign(g_.valueIdBound(), -1);
     for (const Value *v : g_.initializers()) {
       bool state = stateOf_.count(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::CONSTANT);
       setGraphData(id, *v->data());
-      tensorOf_[v] = id;
+      tensorOf_[v->id()] = id;
     }
     for (const Value *v : g_.inputs()) {
       bool state = stateOf_.count(v);
@@ -390,7 +391,7 @@ private:
         setGraphData(id, *v->data());
       else if (state)
         setData(*p_.mutable_tensors(id), Tensor(v->type()));
-      tensorOf_[v] = id;
+      tensorOf_[v->id()] = id;
     }
     for (const Node *n : g_.nodes()) {
       bool view = isView(*n);
@@ -399,7 +400,7 @@ private:
         if (!v)
           continue;
         int id = addTensor(v->name(), v->type(), plan::ARENA);
-        tensorOf_[v] = id;
+        tensorOf_[v->id()] = id;
         if (view)
           makeView(id, tensorOf(n->input(0)));
       }
@@ -409,9 +410,9 @@ private:
   int tensorOf(const Value *v) const {
     if (!v)
       return -1;
-    auto it = tensorOf_.find(v);
-    assert(it != tensorOf_.end() && "a value without a plan tensor");
-    return it->second;
+    assert(v->id() < tensorOf_.size() && tensorOf_[v->id()] >= 0 &&
+           "a value without a plan tensor");
+    return tensorOf_[v->id()];
   }
 
   /// (MatMul, operand) -> the untransposed value it reads (see
@@ -1111,7 +1112,8 @@ private:
   /// of the compile's cache misses, growing 4-10x per doubling).
   std::vector<int> viewOf_;
   std::vector<plan::Storage> storage_;
-  llvm::DenseMap<const Value *, int> tensorOf_;
+  /// Each value's plan tensor by Value::id() (-1 for none).
+  std::vector<int> tensorOf_;
   llvm::DenseMap<const Value *, const Value *> stateOf_;
   llvm::DenseSet<const Value *> updatedStates_;
   /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.

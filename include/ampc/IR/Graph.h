@@ -90,6 +90,11 @@ public:
   Node *producer() const { return producer_; }
   unsigned resultIndex() const { return resultIndex_; }
   Graph *graph() const { return graph_; }
+  /// A number below graph()->valueIdBound(), unique among the graph's values
+  /// and given in creation order: passes index arrays by it instead of
+  /// hashing value pointers (a hash scatters a walk of the graph over the
+  /// whole table, an array follows the order values were made in).
+  unsigned id() const { return id_; }
 
   const std::vector<Use> &uses() const { return uses_; }
   bool hasUses() const { return !uses_.empty(); }
@@ -137,6 +142,7 @@ private:
   std::string name_;
   TensorType type_;
   Kind kind_;
+  unsigned id_ = 0;
   Node *producer_ = nullptr;
   unsigned resultIndex_ = 0;
   std::vector<Use> uses_;
@@ -337,6 +343,9 @@ public:
   // Training state.
   std::vector<StateBinding> stateBindings;
 
+  /// One more than the largest Value::id() so far (ids are not reused).
+  unsigned valueIdBound() const { return nextValueId_; }
+
 private:
   friend class Node;
   friend class Value;
@@ -359,6 +368,7 @@ private:
   // lookup; naming was about 8% of compiling a graph of 100,000 values.
   llvm::StringMap<Value *> valuesByName_;
   llvm::StringMap<unsigned> nameCounters_;
+  unsigned nextValueId_ = 0;
 };
 
 /// Metadata keys through which ampc keeps IR facts that ONNX has no field for

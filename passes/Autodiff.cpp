@@ -17,6 +17,7 @@
 
 #include "ampc/Passes/Autodiff.h"
 
+#include "ampc/IR/IdMap.h"
 #include "ampc/ONNX/TypeInference.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Support/Error.h"
@@ -345,7 +346,7 @@ private:
   void rename(Value *v, const std::string &name);
 
   bool isActive(const Value *v) const {
-    return v && useful_.count(v) && varied_.count(v) && carriesGradient(v);
+    return v && useful_.lookup(v) && varied_.lookup(v) && carriesGradient(v);
   }
 
   Graph &g_;
@@ -355,29 +356,31 @@ private:
 
   Value *loss_ = nullptr;
   std::vector<Node *> order_;
-  std::unordered_set<const Value *> useful_, varied_;
+  // Per value, as arrays by Value::id() (hash sets and maps of value
+  // pointers were a tenth of autodiff's cache misses on large graphs).
+  ValueIdMap<char> useful_, varied_;
   std::vector<Value *> params_;
   std::vector<Node *> active_;
   /// Partial gradients of each value, and the gradient once summed.
-  std::unordered_map<const Value *, std::vector<Value *>> partials_;
-  std::unordered_map<const Value *, Value *> final_;
+  ValueIdMap<std::vector<Value *>> partials_;
+  ValueIdMap<Value *> final_{nullptr};
   /// Values created by rules that do not have a gradient's name yet.
-  std::unordered_set<const Value *> fresh_;
+  ValueIdMap<char> fresh_;
   AutodiffResult result_;
 };
 
 /// Useful values: those the loss depends on through differentiable operands.
 void Differentiator::markUseful() {
-  useful_.insert(loss_);
+  useful_[loss_] = 1;
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
     Node *n = *it;
     auto outs = n->outputs();
-    if (std::none_of(outs.begin(), outs.end(), [&](Value *v) { return v && useful_.count(v); }))
+    if (std::none_of(outs.begin(), outs.end(), [&](Value *v) { return v && useful_.lookup(v); }))
       continue;
     const GradientRule *rule = registry_.lookup(*n);
     for (unsigned i = 0; i < n->numInputs(); ++i)
       if (isGradientEdge(*n, i, rule))
-        useful_.insert(n->input(i));
+        useful_[n->input(i)] = 1;
   }
 }
 
@@ -430,8 +433,8 @@ llvm::Error Differentiator::selectParameters() {
   for (Value *v : g_.initializers()) {
     if (!v->isParameter() || runningStats.count(v) || frozen.count(v))
       continue;
-    if (fromModel_ ? requested.count(v) && useful_.count(v)
-                   : all ? useful_.count(v) : requested.count(v))
+    if (fromModel_ ? requested.count(v) && useful_.lookup(v)
+                   : all ? useful_.lookup(v) : requested.count(v))
       params_.push_back(v);
   }
   if (params_.empty())
@@ -491,17 +494,18 @@ void Differentiator::warnAboutBufferLikeParameters() {
 
 /// Varied values: those that depend on a parameter through differentiable operands.
 void Differentiator::markVaried() {
-  varied_.insert(params_.begin(), params_.end());
+  for (const Value *p : params_)
+    varied_[p] = 1;
   for (Node *n : order_) {
     const GradientRule *rule = registry_.lookup(*n);
     bool depends = false;
     for (unsigned i = 0; i < n->numInputs() && !depends; ++i)
-      depends = isGradientEdge(*n, i, rule) && varied_.count(n->input(i));
+      depends = isGradientEdge(*n, i, rule) && varied_.lookup(n->input(i));
     if (!depends)
       continue;
     for (Value *v : n->outputs())
       if (carriesGradient(v))
-        varied_.insert(v);
+        varied_[v] = 1;
   }
 }
 
@@ -516,7 +520,7 @@ llvm::Error Differentiator::checkActiveNodes() {
                                    "parameter to loss '" + loss_->name() + "'");
     for (unsigned i = 0; i < n->numInputs(); ++i) {
       Value *in = n->input(i);
-      if (carriesGradient(in) && !rule->isDifferentiable(i) && varied_.count(in))
+      if (carriesGradient(in) && !rule->isDifferentiable(i) && varied_.lookup(in))
         return makeError(label(*n) + ": operand " + std::to_string(i) + " ('" + in->name() +
                          "') depends on a parameter, but the rule has no gradient for it");
     }
@@ -527,25 +531,24 @@ llvm::Error Differentiator::checkActiveNodes() {
 
 void Differentiator::rename(Value *v, const std::string &name) {
   g_.renameValue(v, name);
-  fresh_.erase(v);
+  fresh_[v] = 0;
 }
 
 /// The gradient of v: its only partial, or the Sum of its partials.
 Value *Differentiator::finalGradient(Value *v) {
-  if (auto it = final_.find(v); it != final_.end())
-    return it->second;
-  auto it = partials_.find(v);
-  if (it == partials_.end())
+  if (Value *done = final_.lookup(v))
+    return done;
+  if (partials_.lookup(v).empty())
     return nullptr;
-  std::vector<Value *> &parts = it->second;
+  std::vector<Value *> &parts = partials_[v];
   std::string name = v->name() + "_grad";
   Value *grad = parts[0];
   if (parts.size() == 1) {
-    if (fresh_.count(grad))
+    if (fresh_.lookup(grad))
       rename(grad, name);
   } else {
     for (size_t k = 0; k < parts.size(); ++k)
-      if (fresh_.count(parts[k]))
+      if (fresh_.lookup(parts[k]))
         rename(parts[k], name + "_" + std::to_string(k));
     Node *sum = g_.createNode("Sum", parts, {v->type()}, {}, g_.uniqueName(name + "/Sum"), "",
                               {name});
@@ -572,7 +575,7 @@ llvm::Error Differentiator::differentiateNode(Node *n) {
   for (Node *e : b.emittedNodes())
     for (Value *v : e->outputs())
       if (v)
-        fresh_.insert(v);
+        fresh_[v] = 1;
   for (unsigned i = 0; i < n->numInputs(); ++i) {
     if (!wanted[i])
       continue;

@@ -23,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ampc/IR/IdMap.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Passes/Training.h"
 #include "ampc/Support/Error.h"
@@ -158,10 +159,12 @@ private:
   std::vector<bool> toSink_;
 };
 
-/// Open-addressing maps: the pass looks up every use of every forward value
-/// (std::unordered_map's node per entry made those lookups cache misses).
-using NodePositions = llvm::DenseMap<const Node *, size_t>;
-using ValueIndex = llvm::DenseMap<const Value *, int>;
+/// Arrays by node and value id: the pass looks up every use of every forward
+/// value (hash maps made those lookups cache misses). A node added by the
+/// pass has no position; a value outside the cut's problem no index.
+constexpr size_t kNoPosition = static_cast<size_t>(-1);
+using NodePositions = NodeIdMap<size_t>;
+using ValueIndex = ValueIdMap<int>;
 
 class RematerializePass : public Pass {
 public:
@@ -175,18 +178,20 @@ public:
     if (!loss || !loss->producer())
       return llvm::Error::success(); // not a training step: nothing is "after the loss"
     std::vector<Node *> order = g.nodes();
-    NodePositions position;
+    NodePositions position(kNoPosition);
+    position.reserve(g.nodeIdBound());
     for (size_t i = 0; i < order.size(); ++i)
       position[order[i]] = i;
-    size_t lossAt = position[loss->producer()];
-    auto isBackward = [&](const Node *n) { return position.find(n)->second > lossAt; };
+    size_t lossAt = position.lookup(loss->producer());
+    auto isBackward = [&](const Node *n) { return position.lookup(n) > lossAt; };
 
     // Forward values the backward pass reads, and the values that can
     // reach them through forward nodes.
     std::vector<Value *> values;
-    ValueIndex index;
+    ValueIndex index(-1);
+    index.reserve(g.valueIdBound());
     auto addValue = [&](Value *v) {
-      if (v && !index.count(v)) {
+      if (v && !index.contains(v)) {
         index[v] = static_cast<int>(values.size());
         values.push_back(v);
       }
@@ -233,9 +238,9 @@ public:
         continue;
       Root r{std::numeric_limits<size_t>::max(), v, {}};
       for (const Use &u : v->uses())
-        if (position.count(u.user) && isBackward(u.user)) {
+        if (position.contains(u.user) && isBackward(u.user)) {
           r.late.push_back(u);
-          r.firstUse = std::min(r.firstUse, position[u.user]);
+          r.firstUse = std::min(r.firstUse, position.lookup(u.user));
         }
       roots.push_back(std::move(r));
     }
@@ -284,15 +289,15 @@ public:
       if (free || !isRecomputable(*p, level))
         flow.addEdge(source, 2 * i, MaxFlow::kInf);
       for (const Use &u : v->uses()) {
-        if (!position.count(u.user))
+        if (!position.contains(u.user))
           continue;
         if (isBackward(u.user)) {
           neededByBackward[i] = true;
           continue;
         }
         for (Value *out : u.user->outputs())
-          if (out && index.count(out))
-            flow.addEdge(2 * i + 1, 2 * index[out], MaxFlow::kInf);
+          if (out && index.contains(out))
+            flow.addEdge(2 * i + 1, 2 * index.lookup(out), MaxFlow::kInf);
       }
       if (neededByBackward[i])
         flow.addEdge(2 * i + 1, sink, MaxFlow::kInf);
@@ -332,8 +337,8 @@ public:
                                    const ValueIndex &index, const NodePositions &position,
                                    IsBackward isBackward, Cut &cut) {
     auto kept = [&](const Value *v) {
-      auto it = index.find(v);
-      return it != index.end() && cut.neededByBackward[it->second] && !cut.recompute.count(v);
+      int i = index.lookup(v);
+      return i >= 0 && cut.neededByBackward[i] && !cut.recompute.count(v);
     };
     // An instruction of a fused kernel (not a view or layout change).
     auto elementwise = [](const Node &n) {
@@ -348,7 +353,7 @@ public:
               v->type().numElements() == 1)
             return true;
           const Node *p = v->producer();
-          if (!index.count(v) || !isRecomputable(*p, RematLevel::Elementwise) || !elementwise(*p) ||
+          if (!index.contains(v) || !isRecomputable(*p, RematLevel::Elementwise) || !elementwise(*p) ||
               --budget < 0)
             return false;
           out.push_back(v);
@@ -362,7 +367,7 @@ public:
         continue;
       bool onlyElementwise = true;
       for (const Use &u : v->uses())
-        if (position.count(u.user) && isBackward(u.user))
+        if (position.contains(u.user) && isBackward(u.user))
           onlyElementwise &= elementwise(*u.user) && u.user->numOutputs() == 1 &&
                              u.user->output() &&
                              u.user->output()->type().numElements() == v->type().numElements();

@@ -356,6 +356,7 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
     opsets[domain] = 1;
   std::unique_ptr<Node> node(new Node(this, std::move(opType), std::move(domain), std::move(name)));
   Node *n = node.get();
+  n->id_ = nextNodeId_++;
   n->attrs_ = std::move(attrs);
   // Sized once: pushed one at a time, the operand lists were reallocated as
   // they grew (a quarter of the cost of making a node).

@@ -9,6 +9,8 @@
 
 #include "Fusion.h"
 
+#include "ampc/IR/IdMap.h"
+
 #include "ampc/rt/FusedOps.h"
 
 #include "llvm/ADT/ArrayRef.h"
@@ -26,7 +28,9 @@ namespace ampc {
 /// Node -> position or group: DenseMap, since these maps are probed a few
 /// times per node and edge and std::unordered_map's buckets made fusion the
 /// slowest phase of compiling large graphs.
-using NodeMap = llvm::DenseMap<const Node *, size_t>;
+/// A node's position in the program or its group; kNone when it has none.
+using NodeMap = NodeIdMap<size_t>;
+constexpr size_t kNone = static_cast<size_t>(-1);
 
 
 namespace {
@@ -121,8 +125,8 @@ public:
           continue;
         size_t lastOther = 0;
         for (const Use &u : v->uses())
-          if (!member(u.user) && position_.count(u.user))
-            lastOther = std::max(lastOther, position_.find(u.user)->second);
+          if (size_t p = position_.lookup(u.user); !member(u.user) && p != kNone)
+            lastOther = std::max(lastOther, p);
         if (lastOther < to)
           return true;
       }
@@ -139,7 +143,7 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
                    NodeMap &groupOf,
                    NodeMap &position,
                    const LifetimeGuard &lifetimes, size_t maxNodes, size_t maxInputs) {
-  auto last = [&](const FusionGroup &g) { return position[g.nodes.back()]; };
+  auto last = [&](const FusionGroup &g) { return position.lookup(g.nodes.back()); };
   // Groups reading each value, to find related groups quickly. Scalars (a
   // learning rate, a constant, the overflow flag) are read by nearly every
   // group and say nothing about which tensor-shaped groups belong together:
@@ -162,16 +166,16 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
         a.nodes.size() + b.nodes.size() > maxNodes)
       return false;
     size_t at = last(b);
-    if (lifetimes.extends(a.nodes, last(a), at, [&](const Node *n) {
-          auto g = groupOf.find(n);
-          return g != groupOf.end() && g->second == i;
-        }))
+    if (lifetimes.extends(a.nodes, last(a), at,
+                          [&](const Node *n) { return groupOf.lookup(n) == i; }))
       return false;
     for (const Node *m : a.nodes)
       for (const Use &u : m->output()->uses()) {
-        auto it = groupOf.find(u.user);
-        bool inside = it != groupOf.end() && (it->second == i || it->second == j);
-        if (!inside && position[u.user] < at)
+        size_t g = groupOf.lookup(u.user);
+        bool inside = g == i || g == j;
+        // A reader outside this program counts as one before every group.
+        size_t p = position.lookup(u.user);
+        if (!inside && (p == kNone ? 0 : p) < at)
           return false;
       }
     return countOutsideInputs({a.nodes, b.nodes}) <= maxInputs;
@@ -194,10 +198,10 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
         for (const Value *v : n->inputs()) {
           if (!relates(v, n))
             continue;
-          if (v->producer() && groupOf.count(v->producer()))
-            related.push_back(groupOf[v->producer()]);
+          if (v->producer() && groupOf.contains(v->producer()))
+            related.push_back(groupOf.lookup(v->producer()));
           for (const Node *reader : readers[v])
-            related.push_back(groupOf[reader]);
+            related.push_back(groupOf.lookup(reader));
         }
       std::sort(related.begin(), related.end());
       related.erase(std::unique(related.begin(), related.end()), related.end());
@@ -207,7 +211,9 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
         // Every group lists its nodes in program order (the first phase
         // appends them in order, and merges keep it): a merge, not a sort
         // of the whole group for every group it absorbs.
-        auto byPosition = [&](const Node *x, const Node *y) { return position[x] < position[y]; };
+        auto byPosition = [&](const Node *x, const Node *y) {
+          return position.lookup(x) < position.lookup(y);
+        };
         std::vector<const Node *> &into = groups[j].nodes;
         size_t middle = into.size();
         for (const Node *n : groups[i].nodes) {
@@ -226,12 +232,12 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
                                           const KeptToEnd &keptToEnd, size_t maxNodes,
                                           size_t maxInputs) {
-  NodeMap position;
+  NodeMap position(kNone);
   for (size_t i = 0; i < order.size(); ++i)
     position[order[i]] = i;
 
   std::vector<FusionGroup> groups;
-  NodeMap groupOf;
+  NodeMap groupOf(kNone);
   LifetimeGuard lifetimes(order, position, keptToEnd);
 
   // Can `n` join group `gi`? Its values must not be needed before n by nodes
@@ -242,19 +248,16 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
       return false;
     if (grp.nodes.front()->output()->shape() != n->output()->shape())
       return false;
-    size_t pos = position[n];
+    size_t pos = position.lookup(n);
     for (const Node *m : grp.nodes)
       for (const Use &u : m->output()->uses()) {
-        auto it = groupOf.find(u.user);
-        bool inGroup = it != groupOf.end() && it->second == gi;
-        auto userPos = position.find(u.user);
-        if (!inGroup && u.user != n && userPos != position.end() && userPos->second < pos)
+        bool inGroup = groupOf.lookup(u.user) == gi;
+        size_t userPos = position.lookup(u.user);
+        if (!inGroup && u.user != n && userPos != kNone && userPos < pos)
           return false;
       }
-    if (lifetimes.extends(grp.nodes, position[grp.nodes.back()], pos, [&](const Node *m) {
-          auto g = groupOf.find(m);
-          return m == n || (g != groupOf.end() && g->second == gi);
-        }))
+    if (lifetimes.extends(grp.nodes, position.lookup(grp.nodes.back()), pos,
+                          [&](const Node *m) { return m == n || groupOf.lookup(m) == gi; }))
       return false;
     return countOutsideInputs({grp.nodes, llvm::ArrayRef<const Node *>(n)}) <= maxInputs;
   };
@@ -267,9 +270,9 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
       for (const Value *v : n->inputs()) {
         if (!v || !v->producer())
           continue;
-        auto it = groupOf.find(v->producer());
-        if (it != groupOf.end() && canJoin(it->second, n)) {
-          target = it->second;
+        size_t g = groupOf.lookup(v->producer());
+        if (g != kNone && canJoin(g, n)) {
+          target = g;
           break;
         }
       }

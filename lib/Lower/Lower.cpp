@@ -4,6 +4,7 @@
 
 #include "CastStates.h"
 #include "Fusion.h"
+#include "ampc/IR/IdMap.h"
 #include "ampc/Lower/MemoryPlanner.h"
 
 #include "ampc/Support/Error.h"
@@ -12,8 +13,8 @@
 
 #include "plan.pb.h"
 
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/SmallPtrSet.h"
@@ -564,20 +565,22 @@ private:
   void emitSteps(plan::Program &prog, const std::vector<const Node *> &nodes,
                  const std::vector<FusionGroup> &groups) {
     foldTransposesIntoMatMuls(nodes);
-    llvm::DenseMap<const Node *, size_t> groupOf;
+    constexpr size_t kNoGroup = static_cast<size_t>(-1);
+    NodeIdMap<size_t> groupOf(kNoGroup);
+    groupOf.reserve(g_.nodeIdBound());
     for (size_t i = 0; i < groups.size(); ++i)
       for (const Node *n : groups[i].nodes)
         groupOf[n] = i;
     for (const Node *n : nodes) {
       if (isView(*n) || foldedTransposes_.count(n))
         continue;
-      auto it = groupOf.find(n);
-      if (it == groupOf.end()) {
+      size_t group = groupOf.lookup(n);
+      if (group == kNoGroup) {
         emitNode(prog, *n);
         continue;
       }
-      if (groups[it->second].nodes.back() == n)
-        emitGroup(prog, groups[it->second]);
+      if (groups[group].nodes.back() == n)
+        emitGroup(prog, groups[group]);
     }
   }
 
@@ -846,13 +849,13 @@ private:
       if (isViewTensor(i))
         viewsOf[viewOf_[i]].push_back(i);
     for (const StateBinding &sb : spec.updates) {
-      auto step = stepOf_.find(sb.updated);
-      if (step == stepOf_.end() || !updatesElementwise(prog.steps(step->second).op()))
+      int step = stepOf_.lookup(sb.updated);
+      if (step < 0 || !updatesElementwise(prog.steps(step).op()))
         continue;
       int state = tensorOf(sb.state), updated = tensorOf(sb.updated);
       if (isViewTensor(updated) || sb.updated->isGraphInput() || used.count(state))
         continue;
-      if (last[state] > step->second)
+      if (last[state] > step)
         continue;
       // Views of the updated value now alias the state too.
       llvm::SmallVector<int, 2> moved = viewsOf.lookup(updated);
@@ -1119,7 +1122,8 @@ private:
   /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.
   llvm::DenseMap<const Value *, const Value *> widenedFrom_;
   llvm::DenseSet<const Value *> widenSources_;
-  llvm::DenseMap<const Value *, int> stepOf_;
+  /// The step that defines each value (-1 for none).
+  ValueIdMap<int> stepOf_{-1};
   std::unordered_set<std::string> counterNames_; ///< Dropout run counters named so far
   std::unordered_set<int> pinned_;
 };

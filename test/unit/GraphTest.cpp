@@ -1,6 +1,7 @@
 //===- GraphTest.cpp - IR construction, use lists, verifier ---------------===//
 
 #include "ampc/IR/Graph.h"
+#include "ampc/IR/IdMap.h"
 #include "ampc/IR/Verifier.h"
 
 #include <gtest/gtest.h>
@@ -86,6 +87,44 @@ TEST(Graph, SortKeepsTheCurrentOrder) {
   EXPECT_TRUE(g.topologicalSort());
   expected = {relus[2], relus[0], relus[1], relus[3], sum, last};
   EXPECT_EQ(g.nodes(), expected);
+}
+
+/// Values and nodes are numbered in creation order, below the graph's
+/// bounds, and never renumbered; IdMap reads an unset key as its absent value
+/// and grows for keys made after it.
+TEST(Graph, IdsAndIdMaps) {
+  Graph g;
+  Value *x = g.addInput("x", f32({2}));
+  Node *a = g.createNode("Relu", {x}, {f32({2})});
+  Node *b = g.createNode("Neg", {a->output()}, {f32({2})});
+  EXPECT_LT(x->id(), a->output()->id());
+  EXPECT_LT(a->output()->id(), b->output()->id());
+  EXPECT_LT(a->id(), b->id());
+  EXPECT_EQ(g.valueIdBound(), b->output()->id() + 1);
+  EXPECT_EQ(g.nodeIdBound(), b->id() + 1);
+
+  NodeIdMap<size_t> position(static_cast<size_t>(-1));
+  position[b] = 7;
+  EXPECT_EQ(position.lookup(b), 7u);
+  EXPECT_FALSE(position.contains(a));
+  EXPECT_EQ(position.lookup(a), static_cast<size_t>(-1));
+  g.addOutput(b->output());
+  Node *c = g.createNode("Abs", {b->output()}, {f32({2})});
+  EXPECT_EQ(c->id(), g.nodeIdBound() - 1);
+  EXPECT_FALSE(position.contains(c)); // made after the map, beyond its array
+  position[c] = 9;
+  EXPECT_EQ(position.lookup(c), 9u);
+  EXPECT_EQ(position.lookup(b), 7u);
+
+  ValueIdMap<std::vector<int>> lists;
+  lists[c->output()].push_back(3);
+  EXPECT_TRUE(lists.lookup(x).empty());
+  EXPECT_EQ(lists.lookup(c->output()).size(), 1u);
+  // Erasing a node does not renumber the others.
+  unsigned cId = c->id();
+  g.eraseNode(c);
+  Node *d = g.createNode("Abs", {b->output()}, {f32({2})});
+  EXPECT_GT(d->id(), cId);
 }
 
 /// A cycle is reported by the verifier and refused by topologicalSort.

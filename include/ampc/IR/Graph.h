@@ -214,6 +214,9 @@ public:
   void removeAttr(std::string_view name) { attrs_.erase(std::string(name)); }
 
   Graph *graph() const { return graph_; }
+  /// A number below graph()->nodeIdBound(), unique among the graph's nodes
+  /// and given in creation order (see Value::id()).
+  unsigned id() const { return id_; }
 
 private:
   friend class Graph;
@@ -234,6 +237,7 @@ private:
   std::vector<std::unique_ptr<Value>> outputs_;
   std::map<std::string, Attribute> attrs_;
   std::list<std::unique_ptr<Node>>::iterator self_;
+  unsigned id_ = 0;
 };
 
 //===----------------------------------------------------------------------===//
@@ -345,6 +349,8 @@ public:
 
   /// One more than the largest Value::id() so far (ids are not reused).
   unsigned valueIdBound() const { return nextValueId_; }
+  /// One more than the largest Node::id() so far (ids are not reused).
+  unsigned nodeIdBound() const { return nextNodeId_; }
 
 private:
   friend class Node;
@@ -369,6 +375,7 @@ private:
   llvm::StringMap<Value *> valuesByName_;
   llvm::StringMap<unsigned> nameCounters_;
   unsigned nextValueId_ = 0;
+  unsigned nextNodeId_ = 0;
 };
 
 /// Metadata keys through which ampc keeps IR facts that ONNX has no field for

@@ -17,13 +17,13 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "ampc/IR/IdMap.h"
 #include "ampc/Passes/Autocast.h"
 #include "ampc/Passes/Passes.h"
 #include "ampc/Passes/Training.h"
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 
 namespace ampc {
 
@@ -35,14 +35,14 @@ public:
   llvm::StringRef name() const override { return "cast-cache"; }
 
   llvm::Error run(Graph &g, PassContext &ctx) override {
-    std::unordered_map<const Value *, Value *> nextOf;
+    ValueIdMap<Value *> nextOf(nullptr);
     for (const StateBinding &b : g.stateBindings)
       nextOf[b.state] = b.updated;
     // The casts of each trained parameter, per target type.
     std::map<std::pair<std::string, DType>, std::vector<Node *>> casts;
     std::vector<GradientOutput> grads = findGradients(g);
     for (const GradientOutput &go : grads) {
-      if (!nextOf.count(go.param))
+      if (!nextOf.contains(go.param))
         continue;
       for (const Use &u : go.param->uses()) {
         Node *n = u.user;
@@ -58,7 +58,7 @@ public:
                       [](const Node *n) { return n->output()->isGraphOutput(); }))
         continue;
       Value *param = g.findValue(key.first);
-      cacheCasts(g, param, nextOf.at(param), key.second, nodes);
+      cacheCasts(g, param, nextOf.lookup(param), key.second, nodes);
       ++cached;
     }
     if (cached)

@@ -1,9 +1,9 @@
 //===- DeadCodeElimination.cpp - Remove unused nodes and initializers ------===//
 
+#include "ampc/IR/IdMap.h"
 #include "ampc/Passes/Passes.h"
 
 #include <algorithm>
-#include <unordered_set>
 
 namespace ampc {
 
@@ -21,12 +21,12 @@ bool eliminateDeadCode(Graph &g) {
     g.eraseNode(n);
     changed = true;
   }
-  std::unordered_set<const Value *> states;
+  ValueIdMap<char> states;
   for (const StateBinding &b : g.stateBindings)
-    states.insert(b.state);
+    states[b.state] = 1;
   std::vector<Value *> unused;
   for (Value *v : g.initializers())
-    if (v->isDead() && !states.count(v))
+    if (v->isDead() && !states.lookup(v))
       unused.push_back(v);
   g.removeValues(unused);
   return changed || !unused.empty();

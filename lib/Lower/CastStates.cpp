@@ -8,6 +8,7 @@
 
 #include "CastStates.h"
 
+#include "ampc/IR/IdMap.h"
 #include "ampc/rt/ElementMath.h"
 
 #include "plan.pb.h"
@@ -50,21 +51,21 @@ const Value *roundingOf(const Value *updated) {
 
 void markCastStates(const Graph &g, llvm::function_ref<int(const Value *)> tensorOf,
                     plan::Plan &p) {
-  std::unordered_map<const Value *, const Value *> stateUpdatedTo;
+  ValueIdMap<const Value *> stateUpdatedTo(nullptr);
   for (const StateBinding &b : g.stateBindings)
     stateUpdatedTo[b.updated] = b.state;
   for (const StateBinding &b : g.stateBindings) {
     const Value *rounded = roundingOf(b.updated);
     if (!rounded || !b.state->data())
       continue;
-    auto master = stateUpdatedTo.find(rounded);
-    if (master == stateUpdatedTo.end() || !master->second->data())
+    const Value *master = stateUpdatedTo.lookup(rounded);
+    if (!master || !master->data())
       continue;
-    int copyId = tensorOf(b.state), masterId = tensorOf(master->second);
+    int copyId = tensorOf(b.state), masterId = tensorOf(master);
     if (copyId < 0 || masterId < 0)
       continue;
     plan::Tensor &t = *p.mutable_tensors(copyId);
-    if (t.zero_init() || !isConversionOf(*b.state->data(), *master->second->data()))
+    if (t.zero_init() || !isConversionOf(*b.state->data(), *master->data()))
       continue;
     t.clear_data();
     t.set_cast_of(masterId);

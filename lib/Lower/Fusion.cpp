@@ -152,7 +152,7 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
   auto relates = [](const Value *v, const Node *reader) {
     return v && (v->type().numElements() > 1 || reader->output()->type().numElements() == 1);
   };
-  llvm::DenseMap<const Value *, std::vector<const Node *>> readers;
+  ValueIdMap<std::vector<const Node *>> readers;
   for (const FusionGroup &g : groups)
     for (const Node *n : g.nodes)
       for (const Value *v : n->inputs())
@@ -200,7 +200,7 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
             continue;
           if (v->producer() && groupOf.contains(v->producer()))
             related.push_back(groupOf.lookup(v->producer()));
-          for (const Node *reader : readers[v])
+          for (const Node *reader : readers.lookup(v))
             related.push_back(groupOf.lookup(reader));
         }
       std::sort(related.begin(), related.end());

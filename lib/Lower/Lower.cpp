@@ -88,7 +88,7 @@ public:
       (*p_.mutable_info())[k] = v;
     for (const StateBinding &b : g_.stateBindings) {
       stateOf_[b.state] = b.updated;
-      updatedStates_.insert(b.updated);
+      updatedStates_[b.updated] = 1;
     }
     std::optional<std::vector<ProgramSpec>> specs;
     std::future<std::vector<std::vector<FusionGroup>>> fusion;
@@ -232,20 +232,21 @@ private:
 
   /// The nodes needed to compute `roots`, in graph order.
   std::vector<const Node *> slice(const std::vector<const Value *> &roots) const {
-    std::unordered_set<const Node *> needed;
+    NodeIdMap<char> needed;
     std::vector<const Value *> work = roots;
     while (!work.empty()) {
       const Value *v = work.back();
       work.pop_back();
       const Node *n = v ? v->producer() : nullptr;
-      if (!n || !needed.insert(n).second)
+      if (!n || needed.lookup(n))
         continue;
+      needed[n] = 1;
       for (const Value *in : n->inputs())
         work.push_back(in);
     }
     std::vector<const Node *> out;
     for (const Node *n : g_.nodes())
-      if (needed.count(n))
+      if (needed.lookup(n))
         out.push_back(n);
     return out;
   }
@@ -254,10 +255,12 @@ private:
   /// accumulates gradients (passes/Accumulate.cpp).
   llvm::Expected<std::vector<ProgramSpec>> splitPrograms() const {
     std::vector<const Value *> plainOutputs;
-    std::unordered_set<const Value *> seen;
+    ValueIdMap<char> seen;
     for (const Value *v : g_.outputs())
-      if (!updatedStates_.count(v) && seen.insert(v).second)
+      if (!updatedStates_.lookup(v) && !seen[v]) {
+        seen[v] = 1;
         plainOutputs.push_back(v);
+      }
     auto acc = g_.metadata.find(kAccumulateStatesKey);
     if (acc == g_.metadata.end()) {
       ProgramSpec step{"step", {}, plainOutputs, g_.stateBindings};
@@ -353,40 +356,40 @@ private:
   void findWidenedOutputs() {
     for (const Value *v : g_.outputs()) {
       const Node *cast = v->producer();
-      if (!cast || !cast->is("Cast") || updatedStates_.count(v) || v->dtype() != DType::F32)
+      if (!cast || !cast->is("Cast") || updatedStates_.lookup(v) || v->dtype() != DType::F32)
         continue;
       const Value *narrow = cast->input(0);
       if (!narrow || !narrow->producer() ||
           (narrow->dtype() != DType::F16 && narrow->dtype() != DType::BF16))
         continue;
       widenedFrom_[v] = narrow;
-      widenSources_.insert(narrow);
+      widenSources_[narrow] = 1;
     }
   }
 
   /// The value a program output's binding reads: itself, or the narrow value
   /// it widens.
   const Value *boundValue(const Value *v) const {
-    auto it = widenedFrom_.find(v);
-    return it == widenedFrom_.end() ? v : it->second;
+    const Value *narrow = widenedFrom_.lookup(v);
+    return narrow ? narrow : v;
   }
 
   /// Values a fused step must store although no other step reads them.
   bool readAfterProgram(const Value *v) const {
-    return (v->isGraphOutput() && !widenedFrom_.count(v)) || widenSources_.count(v) ||
-           updatedStates_.count(v);
+    return (v->isGraphOutput() && !widenedFrom_.contains(v)) || widenSources_.lookup(v) ||
+           updatedStates_.lookup(v);
   }
 
   void createValueTensors() {
     tensorOf_.assign(g_.valueIdBound(), -1);
     for (const Value *v : g_.initializers()) {
-      bool state = stateOf_.count(v);
+      bool state = stateOf_.contains(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::CONSTANT);
       setGraphData(id, *v->data());
       tensorOf_[v->id()] = id;
     }
     for (const Value *v : g_.inputs()) {
-      bool state = stateOf_.count(v);
+      bool state = stateOf_.contains(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::ARENA);
       if (state && v->hasDefault())
         setGraphData(id, *v->data());
@@ -487,10 +490,13 @@ private:
   /// operand, read with no flag; the inner Transpose goes too when nothing
   /// else reads it.
   void foldTransposesIntoMatMuls(const std::vector<const Node *> &nodes) {
-    std::unordered_set<const Node *> inProgram(nodes.begin(), nodes.end());
+    NodeIdMap<char> inProgram;
+    inProgram.reserve(g_.nodeIdBound());
+    for (const Node *n : nodes)
+      inProgram[n] = 1;
     auto foldable = [&](const Node &n) {
       const Value *t = n.output();
-      return swapsLastTwoAxes(n) && inProgram.count(&n) && !readAfterProgram(t) &&
+      return swapsLastTwoAxes(n) && inProgram.lookup(&n) && !readAfterProgram(t) &&
              !t->isGraphOutput() && t->hasUses();
     };
     std::map<const Node *, unsigned> innerReadsLeft; // inner swap -> its reads not folded
@@ -500,7 +506,7 @@ private:
       const Value *t = n->output();
       bool onlyMatMuls = foldable(*n);
       for (const Use &u : t->uses())
-        onlyMatMuls = onlyMatMuls && inProgram.count(u.user) && u.user->is("MatMul") &&
+        onlyMatMuls = onlyMatMuls && inProgram.lookup(u.user) && u.user->is("MatMul") &&
                       u.operand < 2;
       if (!onlyMatMuls) {
         foldIntoProducingMatMul(*n, inProgram);
@@ -530,10 +536,10 @@ private:
   /// else: the MatMul computes the transposed result itself, (A B)^T =
   /// B^T A^T, as a MatMul of its operands exchanged with their transpose
   /// flags flipped (the weight gradients of Linear layers, dW^T = x^T dY).
-  void foldIntoProducingMatMul(const Node &n, const std::unordered_set<const Node *> &inProgram) {
+  void foldIntoProducingMatMul(const Node &n, const NodeIdMap<char> &inProgram) {
     const Value *y = n.input(0);
     const Node *m = y->producer();
-    if (!m || !m->is("MatMul") || !m->domain().empty() || !inProgram.count(m) ||
+    if (!m || !m->is("MatMul") || !m->domain().empty() || !inProgram.lookup(m) ||
         y->uses().size() != 1 || readAfterProgram(y) || y->isGraphOutput() ||
         swappedMatMuls_.count(m))
       return;
@@ -802,7 +808,7 @@ private:
       if (v->isGraphInput())
         read.insert(v);
     for (const Value *v : g_.inputs()) {
-      if (stateOf_.count(v) || !read.count(v))
+      if (stateOf_.contains(v) || !read.count(v))
         continue;
       plan::Binding &b = *prog.add_inputs();
       b.set_name(v->name());
@@ -1096,7 +1102,7 @@ private:
   void addParameters() {
     for (const std::string &name : opts_.modelParameters) {
       const Value *v = g_.findValue(name);
-      if (!v || !stateOf_.count(v))
+      if (!v || !stateOf_.contains(v))
         continue;
       plan::Parameter &param = *p_.add_parameters();
       param.set_onnx_name(name);
@@ -1117,11 +1123,11 @@ private:
   std::vector<plan::Storage> storage_;
   /// Each value's plan tensor by Value::id() (-1 for none).
   std::vector<int> tensorOf_;
-  llvm::DenseMap<const Value *, const Value *> stateOf_;
-  llvm::DenseSet<const Value *> updatedStates_;
+  ValueIdMap<const Value *> stateOf_{nullptr};
+  ValueIdMap<char> updatedStates_;
   /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.
-  llvm::DenseMap<const Value *, const Value *> widenedFrom_;
-  llvm::DenseSet<const Value *> widenSources_;
+  ValueIdMap<const Value *> widenedFrom_{nullptr};
+  ValueIdMap<char> widenSources_;
   /// The step that defines each value (-1 for none).
   ValueIdMap<int> stepOf_{-1};
   std::unordered_set<std::string> counterNames_; ///< Dropout run counters named so far

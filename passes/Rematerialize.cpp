@@ -37,8 +37,6 @@
 #include <limits>
 #include <queue>
 #include <set>
-#include <unordered_map>
-#include <unordered_set>
 
 namespace ampc {
 
@@ -217,7 +215,7 @@ public:
     }
     if (intoKernels_)
       recomputeIntoKernels(values, index, position, isBackward, cut);
-    const std::unordered_set<const Value *> &recompute = cut.recompute;
+    const ValueIdMap<char> &recompute = cut.recompute;
     const std::vector<bool> &neededByBackward = cut.neededByBackward;
     uint64_t keptBefore = cut.keptBefore, keptAfter = cut.keptAfter;
     int n = static_cast<int>(values.size());
@@ -234,7 +232,7 @@ public:
     std::vector<Root> roots;
     for (int i = 0; i < n; ++i) {
       Value *v = values[i];
-      if (!neededByBackward[i] || !recompute.count(v))
+      if (!neededByBackward[i] || !recompute.lookup(v))
         continue;
       Root r{std::numeric_limits<size_t>::max(), v, {}};
       for (const Use &u : v->uses())
@@ -247,7 +245,7 @@ public:
     std::stable_sort(roots.begin(), roots.end(),
                      [](const Root &a, const Root &b) { return a.firstUse < b.firstUse; });
     unsigned copies = 0;
-    std::unordered_map<const Value *, Value *> clones;
+    ValueIdMap<Value *> clones(nullptr);
     for (const Root &r : roots) {
       Graph::InsertionGuard guard(g, order[r.firstUse]);
       Value *copy = clone(g, r.value, recompute, clones, copies);
@@ -263,7 +261,7 @@ public:
   }
 
   struct Cut {
-    std::unordered_set<const Value *> recompute;
+    ValueIdMap<char> recompute;
     std::vector<bool> neededByBackward;
     uint64_t keptBefore = 0, keptAfter = 0;
   };
@@ -305,7 +303,7 @@ public:
     flow.run(source, sink);
 
     // Values wholly beyond the cut are recomputed; the kept ones are read.
-    std::unordered_set<const Value *> &recompute = cut.recompute;
+    ValueIdMap<char> &recompute = cut.recompute;
     uint64_t &keptBefore = cut.keptBefore, &keptAfter = cut.keptAfter;
     for (int i = 0; i < n; ++i) {
       Value *v = values[i];
@@ -315,7 +313,7 @@ public:
       if (!flow.reachesSink(2 * i) && flow.reachesSink(2 * i + 1))
         keptAfter += bytes;
       if (flow.reachesSink(2 * i))
-        recompute.insert(v);
+        recompute[v] = 1;
     }
 
     return cut;
@@ -338,7 +336,7 @@ public:
                                    IsBackward isBackward, Cut &cut) {
     auto kept = [&](const Value *v) {
       int i = index.lookup(v);
-      return i >= 0 && cut.neededByBackward[i] && !cut.recompute.count(v);
+      return i >= 0 && cut.neededByBackward[i] && !cut.recompute.lookup(v);
     };
     // An instruction of a fused kernel (not a view or layout change).
     auto elementwise = [](const Node &n) {
@@ -374,14 +372,15 @@ public:
       if (!onlyElementwise)
         continue;
       // v itself must not count as kept while its chain is searched.
-      cut.recompute.insert(v);
+      cut.recompute[v] = 1;
       int budget = kMaxIntoKernel; // v's own op included
       std::vector<Value *> copies;
       if (!chain(v, budget, copies)) {
-        cut.recompute.erase(v);
+        cut.recompute[v] = 0;
         continue;
       }
-      cut.recompute.insert(copies.begin(), copies.end());
+      for (const Value *c : copies)
+        cut.recompute[c] = 1;
       cut.keptAfter -= v->type().byteSize();
     }
   }
@@ -393,13 +392,12 @@ private:
 
   /// A copy of the chain computing v from kept values, at the insertion
   /// point; copies made earlier (at an earlier point) are shared.
-  Value *clone(Graph &g, Value *v, const std::unordered_set<const Value *> &recompute,
-               std::unordered_map<const Value *, Value *> &clones, unsigned &copies) {
-    if (!recompute.count(v))
+  Value *clone(Graph &g, Value *v, const ValueIdMap<char> &recompute,
+               ValueIdMap<Value *> &clones, unsigned &copies) {
+    if (!recompute.lookup(v))
       return v;
-    auto it = clones.find(v);
-    if (it != clones.end())
-      return it->second;
+    if (Value *done = clones.lookup(v))
+      return done;
     const Node *p = v->producer();
     std::vector<Value *> inputs;
     for (Value *in : p->inputs())

@@ -1,13 +1,12 @@
 //===- Graph.cpp - ampc's graph IR ----------------------------------------===//
 
 #include "ampc/IR/Graph.h"
+#include "ampc/IR/IdMap.h"
 
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Twine.h"
 
 #include <algorithm>
 #include <cassert>
-#include <unordered_set>
 
 namespace ampc {
 
@@ -318,16 +317,18 @@ void Graph::removeValue(Value *v) {
 }
 
 void Graph::removeValues(const std::vector<Value *> &values) {
-  std::unordered_set<const Value *> gone(values.begin(), values.end());
+  ValueIdMap<char> gone;
+  for (const Value *v : values)
+    gone[v] = 1;
   for (const Value *v : values) {
     assert(v->isDead() && v->kind() != Value::Kind::NodeResult);
     valuesByName_.erase(v->name());
   }
-  auto isGone = [&](const Value *v) { return gone.count(v) > 0; };
+  auto isGone = [&](const Value *v) { return gone.lookup(v) != 0; };
   std::erase_if(inputs_, isGone);
   std::erase_if(initializers_, isGone);
-  std::erase_if(stateBindings, [&](const StateBinding &b) { return gone.count(b.state) > 0; });
-  std::erase_if(ownedValues_, [&](const auto &p) { return gone.count(p.get()) > 0; });
+  std::erase_if(stateBindings, [&](const StateBinding &b) { return gone.lookup(b.state) != 0; });
+  std::erase_if(ownedValues_, [&](const auto &p) { return gone.lookup(p.get()) != 0; });
 }
 
 void Graph::convertToInitializer(Value *input, Tensor data) {
@@ -426,8 +427,8 @@ bool Graph::topologicalSort() {
   // 10% of autodiff on a graph of 10,000 nodes).
   std::vector<Node *> byPosition;
   byPosition.reserve(nodes_.size());
-  llvm::DenseMap<const Node *, unsigned> position;
-  position.reserve(nodes_.size());
+  NodeIdMap<unsigned> position;
+  position.reserve(nextNodeId_);
   for (const auto &n : nodes_) {
     position[n.get()] = static_cast<unsigned>(byPosition.size());
     byPosition.push_back(n.get());

@@ -833,6 +833,16 @@ private:
     }
   }
 
+  /// The views of each plan tensor, indexed by tensor (tensor ids are dense:
+  /// arrays, not hash maps, so that walks in step order stay in cache).
+  std::vector<llvm::SmallVector<int, 2>> viewsByTensor() const {
+    std::vector<llvm::SmallVector<int, 2>> viewsOf(p_.tensors_size());
+    for (int i = 0; i < p_.tensors_size(); ++i)
+      if (isViewTensor(i))
+        viewsOf[viewOf_[i]].push_back(i);
+    return viewsOf;
+  }
+
   /// The step index after which no step reads tensor `root` (or a view of it).
   std::vector<int> lastReads(const plan::Program &prog) const {
     std::vector<int> last(p_.tensors_size(), -1);
@@ -848,30 +858,27 @@ private:
   /// copy, no arena buffer.
   void makeUpdatesInPlace(plan::Program &prog, const ProgramSpec &spec) {
     auto last = lastReads(prog);
-    std::unordered_set<int> used;
+    std::vector<char> used(p_.tensors_size(), 0);
     // The views of each tensor, so re-basing them costs their number only.
-    llvm::DenseMap<int, llvm::SmallVector<int, 2>> viewsOf;
-    for (int i = 0; i < p_.tensors_size(); ++i)
-      if (isViewTensor(i))
-        viewsOf[viewOf_[i]].push_back(i);
+    auto viewsOf = viewsByTensor();
     for (const StateBinding &sb : spec.updates) {
       int step = stepOf_.lookup(sb.updated);
       if (step < 0 || !updatesElementwise(prog.steps(step).op()))
         continue;
       int state = tensorOf(sb.state), updated = tensorOf(sb.updated);
-      if (isViewTensor(updated) || sb.updated->isGraphInput() || used.count(state))
+      if (isViewTensor(updated) || sb.updated->isGraphInput() || used[state])
         continue;
       if (last[state] > step)
         continue;
       // Views of the updated value now alias the state too.
-      llvm::SmallVector<int, 2> moved = viewsOf.lookup(updated);
+      llvm::SmallVector<int, 2> moved = std::move(viewsOf[updated]);
+      viewsOf[updated].clear();
       moved.push_back(updated);
       for (int i : moved) {
         makeView(i, state);
         viewsOf[state].push_back(i);
       }
-      viewsOf.erase(updated);
-      used.insert(state);
+      used[state] = 1;
     }
   }
 
@@ -880,27 +887,23 @@ private:
   /// lives in the output's own bytes from the start (gradients checked for
   /// overflow and then unscaled, for instance, need no second buffer).
   void computeOutputsInPlace(plan::Program &prog) {
-    std::unordered_set<int> outputs;
+    std::vector<char> outputs(p_.tensors_size(), 0), inputs(p_.tensors_size(), 0);
     for (const plan::Binding &b : prog.outputs())
-      outputs.insert(b.tensor());
-    std::unordered_set<int> inputs;
+      outputs[b.tensor()] = 1;
     for (const plan::Binding &b : prog.inputs())
-      inputs.insert(rootOf(b.tensor()));
+      inputs[rootOf(b.tensor())] = 1;
     auto last = lastReads(prog);
-    llvm::DenseMap<int, llvm::SmallVector<int, 2>> viewsOf;
-    for (int i = 0; i < p_.tensors_size(); ++i)
-      if (isViewTensor(i))
-        viewsOf[viewOf_[i]].push_back(i);
+    auto viewsOf = viewsByTensor();
     std::vector<char> written(p_.tensors_size(), 0);
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
       if (step.op() == "ampc.Fused")
         for (int out : step.outputs()) {
-          if (!outputs.count(out) || isViewTensor(out) || storage_[out] != plan::ARENA)
+          if (out < 0 || !outputs[out] || isViewTensor(out) || storage_[out] != plan::ARENA)
             continue;
           for (int in : step.inputs()) {
-            if (isViewTensor(in) || storage_[in] != plan::ARENA || outputs.count(in) ||
-                inputs.count(in) || !written[in] || last[in] != s ||
+            if (in < 0 || isViewTensor(in) || storage_[in] != plan::ARENA || outputs[in] ||
+                inputs[in] || !written[in] || last[in] != s ||
                 rt::planTensorBytes(p_.tensors(in)) != rt::planTensorBytes(p_.tensors(out)) ||
                 !viewsOf[in].empty())
               continue;
@@ -949,18 +952,21 @@ private:
   /// once and reused step after step (and defaults are written at load), and
   /// outputs are read after later programs ran, so no temporary may reuse them.
   void collectPinned() {
+    pinned_.assign(p_.tensors_size(), 0);
     for (const plan::Program &prog : p_.programs()) {
       for (const plan::Binding &b : prog.inputs())
-        pinned_.insert(rootOf(b.tensor()));
+        pinned_[rootOf(b.tensor())] = 1;
       for (const plan::Binding &b : prog.outputs())
-        pinned_.insert(rootOf(b.tensor()));
+        pinned_[rootOf(b.tensor())] = 1;
     }
   }
 
   void placePinned() {
     plan::MemoryStats &m = *p_.mutable_memory();
     uint64_t offset = m.arena_bytes(), bytes = 0;
-    for (int id : std::set<int>(pinned_.begin(), pinned_.end())) {
+    for (int id = 0; id < static_cast<int>(pinned_.size()); ++id) {
+      if (!pinned_[id])
+        continue;
       plan::Tensor &t = *p_.mutable_tensors(id);
       if (t.storage() != plan::ARENA || t.has_view_of())
         continue;
@@ -998,7 +1004,7 @@ private:
     std::vector<int> ids;
     for (int i = 0; i < p_.tensors_size(); ++i) {
       // Only this program's buffers: those it writes or binds.
-      if (storage_[i] != plan::ARENA || isViewTensor(i) || start[i] < 0 || pinned_.count(i))
+      if (storage_[i] != plan::ARENA || isViewTensor(i) || start[i] < 0 || pinned_[i])
         continue;
       int s = std::max(start[i], 0);
       int e = std::max(end[i], s);
@@ -1039,12 +1045,12 @@ private:
           lossStep = s;
     if (lossStep < 0)
       return;
-    std::unordered_set<int> inputs;
+    std::vector<char> inputs(p_.tensors_size(), 0);
     for (const plan::Binding &b : prog.inputs())
-      inputs.insert(rootOf(b.tensor()));
+      inputs[rootOf(b.tensor())] = 1;
     uint64_t saved = 0;
     for (int i = 0; i < p_.tensors_size(); ++i) {
-      if (storage_[i] != plan::ARENA || isViewTensor(i) || start[i] < 0 || inputs.count(i))
+      if (storage_[i] != plan::ARENA || isViewTensor(i) || start[i] < 0 || inputs[i])
         continue;
       if (start[i] < lossStep && end[i] > lossStep)
         saved += rt::planTensorBytes(p_.tensors(i));
@@ -1131,7 +1137,8 @@ private:
   /// The step that defines each value (-1 for none).
   ValueIdMap<int> stepOf_{-1};
   std::unordered_set<std::string> counterNames_; ///< Dropout run counters named so far
-  std::unordered_set<int> pinned_;
+  /// Program inputs and outputs, by tensor (collectPinned).
+  std::vector<char> pinned_;
 };
 
 } // namespace

@@ -19,6 +19,7 @@
 
 #include "ampc/Passes/Autocast.h"
 
+#include "ampc/IR/IdMap.h"
 #include "ampc/IR/Printer.h"
 #include "ampc/ONNX/Schemas.h"
 #include "ampc/Passes/Passes.h"
@@ -313,7 +314,7 @@ private:
   /// Model Casts to fp32 that will cast to the low type instead.
   llvm::DenseSet<const Node *> retarget_;
   std::unordered_map<const Node *, std::string> modelCastNotes_;
-  std::unordered_map<const Node *, std::vector<DType>> originalInputTypes_;
+  NodeIdMap<std::vector<DType>> originalInputTypes_;
   std::vector<DType> originalOutputTypes_;
 
   /// Initializers and Constant node results converted at compile time.
@@ -326,7 +327,7 @@ private:
   }
   llvm::DenseSet<const Node *> insertedCasts_, weightCasts_;
   /// Nodes the rewrite has reached (the others come later in the order).
-  llvm::DenseSet<const Node *> rewritten_;
+  NodeIdMap<char> rewritten_;
   std::vector<std::string> constantLines_;
 };
 
@@ -661,7 +662,7 @@ Value *Autocaster::convert(Value *v, DType t, Node *consumer) {
   if (auto it = cache_.find(key); it != cache_.end()) {
     // A model Cast found by shareModelCasts may come after this consumer.
     Node *cast = it->second->producer();
-    if (consumer && cast && !rewritten_.count(cast) && !insertedCasts_.count(cast))
+    if (consumer && cast && !rewritten_.lookup(cast) && !insertedCasts_.count(cast))
       g_.moveBefore(cast, consumer);
     return it->second;
   }
@@ -811,6 +812,7 @@ void Autocaster::shareModelCasts() {
 }
 
 void Autocaster::rewrite() {
+  originalInputTypes_.reserve(g_.nodeIdBound());
   for (Node *n : g_.nodes()) {
     std::vector<DType> types;
     for (const Value *v : n->inputs())
@@ -822,7 +824,7 @@ void Autocaster::rewrite() {
 
   shareModelCasts();
   for (Node *n : g_.nodes()) {
-    rewritten_.insert(n);
+    rewritten_[n] = 1;
     if (n->is("Cast"))
       rewriteModelCast(n);
     else if (!readsOnlyType(*n))

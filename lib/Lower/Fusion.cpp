@@ -103,11 +103,11 @@ class LifetimeGuard {
 public:
   static constexpr uint64_t kLargeBytes = 64 * 1024;
 
-  LifetimeGuard(const std::vector<const Node *> &order,
-                NodeMap &position, const KeptToEnd &keptToEnd)
-      : position_(position), keptToEnd_(keptToEnd), heavyBefore_(order.size() + 1, 0) {
-    for (size_t p = 0; p < order.size(); ++p)
-      heavyBefore_[p + 1] = heavyBefore_[p] + !isFusableElementwise(*order[p]);
+  /// `fusable[p]`: whether the node at position p is fusable elementwise.
+  LifetimeGuard(const std::vector<char> &fusable, NodeMap &position, const KeptToEnd &keptToEnd)
+      : position_(position), keptToEnd_(keptToEnd), heavyBefore_(fusable.size() + 1, 0) {
+    for (size_t p = 0; p < fusable.size(); ++p)
+      heavyBefore_[p + 1] = heavyBefore_[p] + !fusable[p];
   }
 
   /// Would running `nodes` (a group) at `to` instead of `from` keep one of its
@@ -233,12 +233,17 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
                                           const KeptToEnd &keptToEnd, size_t maxNodes,
                                           size_t maxInputs) {
   NodeMap position(kNone);
-  for (size_t i = 0; i < order.size(); ++i)
+  // Each node is classified once: the guard and the grouping both ask, and
+  // on a large graph the second walk over the nodes missed the cache again.
+  std::vector<char> fusable(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
     position[order[i]] = i;
+    fusable[i] = isFusableElementwise(*order[i]);
+  }
 
   std::vector<FusionGroup> groups;
   NodeMap groupOf(kNone);
-  LifetimeGuard lifetimes(order, position, keptToEnd);
+  LifetimeGuard lifetimes(fusable, position, keptToEnd);
 
   // Can `n` join group `gi`? Its values must not be needed before n by nodes
   // outside the group, since the group will run at n's position.
@@ -262,8 +267,9 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
     return countOutsideInputs({grp.nodes, llvm::ArrayRef<const Node *>(n)}) <= maxInputs;
   };
 
-  for (const Node *n : order) {
-    if (!isFusableElementwise(*n))
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node *n = order[i];
+    if (!fusable[i])
       continue;
     std::optional<size_t> target;
     if (fuse)

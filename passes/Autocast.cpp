@@ -304,11 +304,14 @@ private:
   AutocastResult &result_;
 
   std::vector<std::unique_ptr<FloatNode>> floatNodes_;
-  llvm::DenseMap<const Node *, FloatNode *> floatOf_;
-  /// Nodes of the input graph in order, with what the report needs of them.
+  /// By node id: asked of live nodes only (IdMap reads the node).
+  NodeIdMap<FloatNode *> floatOf_{nullptr};
+  /// Nodes of the input graph in order, with what the report needs of them
+  /// (the node may be gone by the report: a model Cast the rewrite removed).
   struct Original {
     const Node *node;
     std::string name, op;
+    FloatNode *floatNode = nullptr;
   };
   std::vector<Original> original_;
   /// Model Casts to fp32 that will cast to the low type instead.
@@ -360,6 +363,7 @@ void Autocaster::collectFloatNodes() {
     f->computeType = bound->dtype();
     f->candidate = f->computeType == DType::F32;
     floatOf_[n] = f.get();
+    original_.back().floatNode = f.get();
     floatNodes_.push_back(std::move(f));
   }
 }
@@ -474,10 +478,9 @@ void Autocaster::buildEdges() {
       continue;
     for (unsigned i : f->sig.inputs) {
       Node *p = f->node->input(i)->producer();
-      auto it = p ? floatOf_.find(p) : floatOf_.end();
-      if (it == floatOf_.end() || !it->second->candidate)
+      FloatNode *pred = p ? floatOf_.lookup(p) : nullptr;
+      if (!pred || !pred->candidate)
         continue;
-      FloatNode *pred = it->second;
       if (std::find(f->preds.begin(), f->preds.end(), pred) != f->preds.end())
         continue;
       f->preds.push_back(pred);
@@ -611,14 +614,14 @@ void Autocaster::paint() {
 
 /// Whether every use of `v` is an operand that a low-precision node reads in
 /// its compute type.
-bool onlyLowConsumers(const Value *v, const llvm::DenseMap<const Node *, FloatNode *> &floatOf) {
+bool onlyLowConsumers(const Value *v, const NodeIdMap<FloatNode *> &floatOf) {
   if (!v->hasUses() || v->isGraphOutput())
     return false;
   for (const Use &u : v->uses()) {
-    auto it = floatOf.find(u.user);
-    if (it == floatOf.end() || !it->second->low)
+    const FloatNode *f = floatOf.lookup(u.user);
+    if (!f || !f->low)
       return false;
-    const auto &slots = it->second->sig.inputs;
+    const auto &slots = f->sig.inputs;
     if (std::find(slots.begin(), slots.end(), u.operand) == slots.end())
       return false;
   }
@@ -735,8 +738,7 @@ void Autocaster::rewriteModelCast(Node *cast) {
 }
 
 void Autocaster::rewriteNode(Node *n) {
-  auto it = floatOf_.find(n);
-  FloatNode *f = it == floatOf_.end() ? nullptr : it->second;
+  FloatNode *f = floatOf_.lookup(n);
   const std::vector<DType> &original = originalInputTypes_[n];
   std::set<unsigned> lowSlots;
   if (f && f->candidate && f->low)
@@ -790,10 +792,10 @@ void Autocaster::removeUnusedConstants() {
 /// Whether the rewrite may change the type of `v` (a compute result of a
 /// node that goes to low precision).
 bool Autocaster::mayChangeType(const Value *v) const {
-  auto it = v->producer() ? floatOf_.find(v->producer()) : floatOf_.end();
-  if (it == floatOf_.end() || !it->second->candidate || !it->second->low)
+  FloatNode *f = v->producer() ? floatOf_.lookup(v->producer()) : nullptr;
+  if (!f || !f->candidate || !f->low)
     return false;
-  const auto &outputs = it->second->sig.outputs;
+  const auto &outputs = f->sig.outputs;
   return std::find(outputs.begin(), outputs.end(), v->resultIndex()) != outputs.end();
 }
 
@@ -840,10 +842,9 @@ void Autocaster::record() {
       result_.rows.push_back({o.name, o.op, "cast", note->second});
       continue;
     }
-    auto it = floatOf_.find(o.node);
-    if (it == floatOf_.end())
+    if (!o.floatNode)
       continue;
-    const FloatNode &f = *it->second;
+    const FloatNode &f = *o.floatNode;
     DType precision = f.candidate ? (f.low ? low_ : DType::F32) : f.computeType;
     result_.rows.push_back({o.name, o.op, shortDTypeName(precision), f.reason});
     ++result_.floatNodes;
@@ -867,10 +868,10 @@ void Autocaster::record() {
       result_.colors[n] = weightCasts_.count(n) ? "goldenrod" : "gold";
       continue;
     }
-    auto it = floatOf_.find(n);
-    if (it == floatOf_.end())
+    const FloatNode *found = floatOf_.lookup(n);
+    if (!found)
       continue;
-    const FloatNode &f = *it->second;
+    const FloatNode &f = *found;
     DType precision = f.candidate ? (f.low ? low_ : DType::F32) : f.computeType;
     result_.colors[n] = isLowPrecision(precision) ? "palegreen" : "lightsalmon";
   }

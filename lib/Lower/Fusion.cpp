@@ -25,10 +25,10 @@
 
 namespace ampc {
 
-/// Node -> position or group: DenseMap, since these maps are probed a few
-/// times per node and edge and std::unordered_map's buckets made fusion the
-/// slowest phase of compiling large graphs.
-/// A node's position in the program or its group; kNone when it has none.
+/// Node -> position in the program or group, kNone when it has none: arrays
+/// by node id, since these maps are probed a few times per node and edge
+/// (std::unordered_map's buckets once made fusion the slowest phase of
+/// compiling large graphs).
 using NodeMap = NodeIdMap<size_t>;
 constexpr size_t kNone = static_cast<size_t>(-1);
 

@@ -29,7 +29,6 @@
 #include "ampc/Support/Error.h"
 #include "ampc/rt/FusedOps.h"
 
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallString.h"
 
 #include <algorithm>
@@ -181,7 +180,11 @@ public:
     for (size_t i = 0; i < order.size(); ++i)
       position[order[i]] = i;
     size_t lossAt = position.lookup(loss->producer());
-    auto isBackward = [&](const Node *n) { return position.lookup(n) > lossAt; };
+    // A node without a position (one this pass added) is in neither part.
+    auto isBackward = [&](const Node *n) {
+      size_t at = position.lookup(n);
+      return at != kNoPosition && at > lossAt;
+    };
 
     // Forward values the backward pass reads, and the values that can
     // reach them through forward nodes.
@@ -214,7 +217,7 @@ public:
         break;
     }
     if (intoKernels_)
-      recomputeIntoKernels(values, index, position, isBackward, cut);
+      recomputeIntoKernels(values, index, isBackward, cut);
     const ValueIdMap<char> &recompute = cut.recompute;
     const std::vector<bool> &neededByBackward = cut.neededByBackward;
     uint64_t keptBefore = cut.keptBefore, keptAfter = cut.keptAfter;
@@ -236,7 +239,7 @@ public:
         continue;
       Root r{std::numeric_limits<size_t>::max(), v, {}};
       for (const Use &u : v->uses())
-        if (position.contains(u.user) && isBackward(u.user)) {
+        if (isBackward(u.user)) {
           r.late.push_back(u);
           r.firstUse = std::min(r.firstUse, position.lookup(u.user));
         }
@@ -332,8 +335,7 @@ public:
   /// this saves time as well as bytes, and runs whatever the level.
   template <typename IsBackward>
   static void recomputeIntoKernels(const std::vector<Value *> &values,
-                                   const ValueIndex &index, const NodePositions &position,
-                                   IsBackward isBackward, Cut &cut) {
+                                   const ValueIndex &index, IsBackward isBackward, Cut &cut) {
     auto kept = [&](const Value *v) {
       int i = index.lookup(v);
       return i >= 0 && cut.neededByBackward[i] && !cut.recompute.lookup(v);
@@ -365,7 +367,7 @@ public:
         continue;
       bool onlyElementwise = true;
       for (const Use &u : v->uses())
-        if (position.contains(u.user) && isBackward(u.user))
+        if (isBackward(u.user))
           onlyElementwise &= elementwise(*u.user) && u.user->numOutputs() == 1 &&
                              u.user->output() &&
                              u.user->output()->type().numElements() == v->type().numElements();

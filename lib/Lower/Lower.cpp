@@ -103,7 +103,7 @@ public:
       // plan's tensors are made (a fifth of lowering a 10,000-node graph).
       fusion = std::async(std::launch::async, [this, &specs] { return fuseEach(*specs); });
       createValueTensors();
-      markCastStates(g_, [this](const Value *v) { return tensorOf_[v->id()]; }, p_);
+      markCastStates(g_, [this](const Value *v) { return tensorOf_.lookup(v); }, p_);
       dropConvertedExternalValues();
     }
     std::vector<std::vector<FusionGroup>> groups;
@@ -381,12 +381,12 @@ private:
   }
 
   void createValueTensors() {
-    tensorOf_.assign(g_.valueIdBound(), -1);
+    tensorOf_.reserve(g_.valueIdBound());
     for (const Value *v : g_.initializers()) {
       bool state = stateOf_.contains(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::CONSTANT);
       setGraphData(id, *v->data());
-      tensorOf_[v->id()] = id;
+      tensorOf_[v] = id;
     }
     for (const Value *v : g_.inputs()) {
       bool state = stateOf_.contains(v);
@@ -395,7 +395,7 @@ private:
         setGraphData(id, *v->data());
       else if (state)
         setData(*p_.mutable_tensors(id), Tensor(v->type()));
-      tensorOf_[v->id()] = id;
+      tensorOf_[v] = id;
     }
     for (const Node *n : g_.nodes()) {
       bool view = isView(*n);
@@ -404,7 +404,7 @@ private:
         if (!v)
           continue;
         int id = addTensor(v->name(), v->type(), plan::ARENA);
-        tensorOf_[v->id()] = id;
+        tensorOf_[v] = id;
         if (view)
           makeView(id, tensorOf(n->input(0)));
       }
@@ -414,9 +414,8 @@ private:
   int tensorOf(const Value *v) const {
     if (!v)
       return -1;
-    assert(v->id() < tensorOf_.size() && tensorOf_[v->id()] >= 0 &&
-           "a value without a plan tensor");
-    return tensorOf_[v->id()];
+    assert(tensorOf_.contains(v) && "a value without a plan tensor");
+    return tensorOf_.lookup(v);
   }
 
   /// (MatMul, operand) -> the untransposed value it reads (see
@@ -1127,8 +1126,8 @@ private:
   /// of the compile's cache misses, growing 4-10x per doubling).
   std::vector<int> viewOf_;
   std::vector<plan::Storage> storage_;
-  /// Each value's plan tensor by Value::id() (-1 for none).
-  std::vector<int> tensorOf_;
+  /// Each value's plan tensor (-1 for none).
+  ValueIdMap<int> tensorOf_{-1};
   ValueIdMap<const Value *> stateOf_{nullptr};
   ValueIdMap<char> updatedStates_;
   /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.

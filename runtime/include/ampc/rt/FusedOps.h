@@ -12,9 +12,7 @@
 #include <cstdint>
 #ifndef __CUDACC_RTC__ // NVRTC (generated fused kernels) has no string_view
 #include <string_view>
-#ifndef __CUDACC_RTC__
 #include <unordered_set>
-#endif
 #endif
 
 namespace ampc::rt {

@@ -18,6 +18,27 @@
 
 namespace ampc::rt::cpu {
 
+namespace {
+
+/// CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports knows no "f16c").
+bool hasF16C() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+} // namespace
+
+bool useAvx512() {
+  static const bool yes = [] {
+    const char *isa = std::getenv("AMPC_CPU_ISA");
+    if (isa && std::strcmp(isa, "baseline") == 0)
+      return false;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx2") && hasF16C() && __builtin_cpu_supports("fma");
+  }();
+  return yes;
+}
 
 std::string argString(const TensorArg &t) {
   std::string s = elemTypeName(t.type);

@@ -217,6 +217,14 @@ private:
     const plan::Program *source = nullptr;
   };
 
+  /// How many of the slowest steps the profile lists: AMPC_CPU_PROFILE's
+  /// value when it is a number above 1, otherwise 25.
+  static size_t stepsListed() {
+    const char *value = std::getenv("AMPC_CPU_PROFILE");
+    long n = value ? std::strtol(value, nullptr, 10) : 0;
+    return n > 1 ? static_cast<size_t>(n) : 25;
+  }
+
   /// With AMPC_CPU_PROFILE set, the steps that took most time, per program.
   void printProfile() const {
     for (const Program &prog : programs_) {
@@ -250,7 +258,7 @@ private:
         std::fprintf(stderr, "  %8.3f ms %5.1f%%  %4d x %s\n", 1e3 * seconds / prog.runs,
                      100 * seconds / total, byOp[op].second, op.c_str());
       std::fprintf(stderr, "  by step:\n");
-      for (size_t k = 0; k < order.size() && k < 25; ++k) {
+      for (size_t k = 0; k < order.size() && k < stepsListed(); ++k) {
         const plan::Step &step = prog.source->steps(order[k]);
         std::fprintf(stderr, "  %6.3f ms %5.1f%%  step %zu %s '%s'\n",
                      1e3 * prog.seconds[order[k]] / prog.runs,

@@ -85,9 +85,8 @@ struct AdamWArrays {
 /// instantiation is a plain loop the compiler vectorizes.
 template <typename G, typename Load, typename Store>
 inline __attribute__((always_inline)) void
-adamwRange(math::AdamWConstants c, math::AdamWStepScalars s, const G *__restrict g, Load load,
-           float *__restrict p, float *__restrict m, float *__restrict v,
-           uint16_t *__restrict copy, Store store, int64_t begin, int64_t end) {
+adamwRange(math::AdamWConstants c, math::AdamWStepScalars s, const G *g, Load load, float *p,
+           float *m, float *v, uint16_t *copy, Store store, int64_t begin, int64_t end) {
   // The constants are copies: read through a reference, they could alias
   // the arrays written, and the compiler would reload them every element
   // and not vectorize.

@@ -58,9 +58,44 @@ struct Bf16Row {
   }
 };
 
+/// Row functions are inlined into forEachRow's two builds (below), so that
+/// the AVX-512 one vectorizes them 16 lanes wide.
+#define AMPC_ROW_INLINE __attribute__((always_inline))
+
+/// Calls body(r) for r in [r0, r1). The AVX-512 build inlines the body and
+/// the row functions it calls (AMPC_ROW_INLINE) and vectorizes them with
+/// 16-lane vectors: the same operations in the same order (16 partial sums
+/// per row, no FMA contraction), so the same bits as the baseline build,
+/// about 1.3x as fast on BatchNormalization and its gradient (SSE2's 4 lanes
+/// left them short of memory bandwidth). Picked like the fused kernel's build
+/// (useAvx512: AMPC_CPU_ISA=baseline forces the baseline one).
+template <typename Body>
+inline AMPC_ROW_INLINE void eachRow(const Body &body, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r)
+    body(r);
+}
+template <typename Body> void eachRowBaseline(const Body &body, int64_t r0, int64_t r1) {
+  eachRow(body, r0, r1);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+template <typename Body>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void
+eachRowAvx512(const Body &body, int64_t r0, int64_t r1) {
+  eachRow(body, r0, r1);
+}
+#endif
+template <typename Body> void forEachRow(const Body &body, int64_t r0, int64_t r1) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (useAvx512())
+    return eachRowAvx512(body, r0, r1);
+#endif
+  eachRowBaseline(body, r0, r1);
+}
+
 /// Calls fn with elements [begin, begin + n) of t as an F32Row or a Bf16Row.
 template <typename Fn>
-void withRow(const TensorArg &t, int64_t begin, int64_t n, float *buf, Fn &&fn) {
+inline AMPC_ROW_INLINE void withRow(const TensorArg &t, int64_t begin, int64_t n, float *buf,
+                                    Fn &&fn) {
   if (t.type == plan::BF16)
     fn(Bf16Row{static_cast<const uint16_t *>(t.data) + begin});
   else
@@ -69,7 +104,7 @@ void withRow(const TensorArg &t, int64_t begin, int64_t n, float *buf, Fn &&fn) 
 
 /// The sum over i < n of term(i) in 16 lanes (lane i % 16) combined
 /// pairwise: sumFloats' order, so these have sumFloats' bits.
-template <typename Term> float laneSum(int64_t n, Term term) {
+template <typename Term> inline AMPC_ROW_INLINE float laneSum(int64_t n, Term term) {
   float acc[16] = {0};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -83,17 +118,18 @@ template <typename Term> float laneSum(int64_t n, Term term) {
   return acc[0];
 }
 
-template <typename R> float rowSum(R x, int64_t n) {
+template <typename R> inline AMPC_ROW_INLINE float rowSum(R x, int64_t n) {
   return laneSum(n, [&](int64_t i) { return x[i]; });
 }
-template <typename R> float rowSumSquaredDiff(R x, float c, int64_t n) {
+template <typename R> inline AMPC_ROW_INLINE float rowSumSquaredDiff(R x, float c, int64_t n) {
   return laneSum(n, [&](int64_t i) {
     float d = x[i] - c;
     return d * d;
   });
 }
 /// Sum of g[i] * (x[i] - c).
-template <typename G, typename R> float rowSumProductCentered(G g, R x, float c, int64_t n) {
+template <typename G, typename R>
+inline AMPC_ROW_INLINE float rowSumProductCentered(G g, R x, float c, int64_t n) {
   return laneSum(n, [&](int64_t i) { return g[i] * (x[i] - c); });
 }
 
@@ -146,17 +182,20 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
     auto rowPass = [&](auto perRow) {
       pool.parallelFor(rows, minRowsFor(pix), [&](int64_t r0, int64_t r1, int range) {
         float *buf = at<float>(scratch->data(), offRow) + range * pix;
-        for (int64_t r = r0; r < r1; ++r)
-          withRow(x, r * pix, pix, buf, [&](auto xr) { perRow(r, xr, buf); });
+        forEachRow(
+            [&](int64_t r) AMPC_ROW_INLINE {
+              withRow(x, r * pix, pix, buf, [&](auto xr) AMPC_ROW_INLINE { perRow(r, xr, buf); });
+            },
+            r0, r1);
       });
     };
     float count = static_cast<float>(N * pix);
     if (training) {
-      rowPass([&](int64_t r, auto xr, float *) { part[r] = rowSum(xr, pix); });
+      rowPass([&](int64_t r, auto xr, float *) AMPC_ROW_INLINE { part[r] = rowSum(xr, pix); });
       sumOverBatch(part, N, C, mu);
       for (int64_t c = 0; c < C; ++c)
         mu[c] /= count;
-      rowPass([&](int64_t r, auto xr, float *) {
+      rowPass([&](int64_t r, auto xr, float *) AMPC_ROW_INLINE {
         part[r] = rowSumSquaredDiff(xr, mu[r % C], pix);
       });
       sumOverBatch(part, N, C, vr);
@@ -178,7 +217,7 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
         if (stats[i].data)
           storeFloat(stats[i], c, values[i]);
     }
-    rowPass([&](int64_t r, auto xr, float *buf) {
+    rowPass([&](int64_t r, auto xr, float *buf) AMPC_ROW_INLINE {
       int64_t c = r % C;
       float m = mu[c], sc = mul[c], b = add[c];
       float *yr = rowOut(y, r * pix, buf); // in place over X's row in buf is fine
@@ -282,19 +321,24 @@ std::unique_ptr<Kernel> createLayerNorm(const StepContext &ctx, std::string &err
       std::memset(bs, 0, inner * sizeof(float));
     pool.parallelFor(outer, minRows, [&](int64_t r0, int64_t r1, int range) {
       float *buf = at<float>(scratch->data(), offRows) + range * inner;
-      for (int64_t r = r0; r < r1; ++r) {
-        const float *xr = rowIn(x, r * inner, inner, buf);
-        float mu = sumFloats(xr, inner) / static_cast<float>(inner);
-        float inv = 1.0f / std::sqrt(sumSquaredDiff(xr, mu, inner) / static_cast<float>(inner) + eps);
-        float *yr = rowOut(y, r * inner, buf);
-        for (int64_t i = 0; i < inner; ++i)
-          yr[i] = (xr[i] - mu) * inv * sc[i] + bs[i];
-        rowCommit(y, r * inner, inner, yr);
-        if (meanOut.data)
-          storeFloat(meanOut, r, mu);
-        if (invOut.data)
-          storeFloat(invOut, r, inv);
-      }
+      forEachRow(
+          [&](int64_t r) AMPC_ROW_INLINE {
+            const float *xr = rowIn(x, r * inner, inner, buf);
+            // sumFloats' and sumSquaredDiff's order: the same bits.
+            float mu = rowSum(F32Row{xr}, inner) / static_cast<float>(inner);
+            float inv = 1.0f / std::sqrt(rowSumSquaredDiff(F32Row{xr}, mu, inner) /
+                                             static_cast<float>(inner) +
+                                         eps);
+            float *yr = rowOut(y, r * inner, buf);
+            for (int64_t i = 0; i < inner; ++i)
+              yr[i] = (xr[i] - mu) * inv * sc[i] + bs[i];
+            rowCommit(y, r * inner, inner, yr);
+            if (meanOut.data)
+              storeFloat(meanOut, r, mu);
+            if (invOut.data)
+              storeFloat(invOut, r, inv);
+          },
+          r0, r1);
     });
   });
 }
@@ -348,37 +392,39 @@ std::unique_ptr<Kernel> createLayerNormGrad(const StepContext &ctx, std::string 
             *xBuf = part + 3 * inner, *dxBuf = part + 4 * inner;
       std::memset(part, 0, 2 * inner * sizeof(float));
       float invN = 1.0f / static_cast<float>(inner);
-      for (int64_t r = r0; r < r1; ++r) {
-        const float *g = rowIn(dy, r * inner, inner, dyBuf);
-        const float *xr = rowIn(x, r * inner, inner, xBuf);
-        float mu = loadFloat(mean, r), inv = loadFloat(invStd, r);
-        // xhat into dxBuf, then sums of g*scale and g*scale*xhat.
-        float *xhat = dxBuf;
-        float mg = 0, mgx = 0;
-        for (int64_t i = 0; i < inner; ++i) {
-          xhat[i] = (xr[i] - mu) * inv;
-          pScale[i] += g[i] * xhat[i];
-          pBias[i] += g[i];
-        }
-        if (!dx.data)
-          continue;
-        float accA[16] = {0}, accB[16] = {0};
-        for (int64_t i = 0; i < inner; ++i) {
-          float gs = g[i] * sc[i];
-          accA[i & 15] += gs;
-          accB[i & 15] += gs * xhat[i];
-        }
-        for (int j = 0; j < 16; ++j) {
-          mg += accA[j];
-          mgx += accB[j];
-        }
-        mg *= invN;
-        mgx *= invN;
-        float *out = rowOut(dx, r * inner, dxBuf);
-        for (int64_t i = 0; i < inner; ++i)
-          out[i] = inv * (g[i] * sc[i] - mg - xhat[i] * mgx);
-        rowCommit(dx, r * inner, inner, out);
-      }
+      forEachRow(
+          [&](int64_t r) AMPC_ROW_INLINE {
+            const float *g = rowIn(dy, r * inner, inner, dyBuf);
+            const float *xr = rowIn(x, r * inner, inner, xBuf);
+            float mu = loadFloat(mean, r), inv = loadFloat(invStd, r);
+            // xhat into dxBuf, then sums of g*scale and g*scale*xhat.
+            float *xhat = dxBuf;
+            float mg = 0, mgx = 0;
+            for (int64_t i = 0; i < inner; ++i) {
+              xhat[i] = (xr[i] - mu) * inv;
+              pScale[i] += g[i] * xhat[i];
+              pBias[i] += g[i];
+            }
+            if (!dx.data)
+              return;
+            float accA[16] = {0}, accB[16] = {0};
+            for (int64_t i = 0; i < inner; ++i) {
+              float gs = g[i] * sc[i];
+              accA[i & 15] += gs;
+              accB[i & 15] += gs * xhat[i];
+            }
+            for (int j = 0; j < 16; ++j) {
+              mg += accA[j];
+              mgx += accB[j];
+            }
+            mg *= invN;
+            mgx *= invN;
+            float *out = rowOut(dx, r * inner, dxBuf);
+            for (int64_t i = 0; i < inner; ++i)
+              out[i] = inv * (g[i] * sc[i] - mg - xhat[i] * mgx);
+            rowCommit(dx, r * inner, inner, out);
+          },
+          r0, r1);
     });
     if (!dScale.data && !dBias.data)
       return;
@@ -444,17 +490,20 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     auto rowPass = [&](auto perRow) {
       pool.parallelFor(rows, minRowsFor(pix), [&](int64_t r0, int64_t r1, int range) {
         float *buf = at<float>(scratch->data(), offRow) + range * 3 * pix;
-        for (int64_t r = r0; r < r1; ++r)
-          withRow(x, r * pix, pix, buf, [&](auto xr) {
-            withRow(dy, r * pix, pix, buf + pix,
-                    [&](auto g) { perRow(r, xr, g, buf + 2 * pix); });
-          });
+        forEachRow(
+            [&](int64_t r) AMPC_ROW_INLINE {
+              withRow(x, r * pix, pix, buf, [&](auto xr) AMPC_ROW_INLINE {
+                withRow(dy, r * pix, pix, buf + pix,
+                        [&](auto g) AMPC_ROW_INLINE { perRow(r, xr, g, buf + 2 * pix); });
+              });
+            },
+            r0, r1);
       });
     };
     float count = static_cast<float>(N * pix);
     // sum(dY * xhat) = inv * sum(dY * (X - mean)), once mean is known.
     if (training) {
-      rowPass([&](int64_t r, auto xr, auto g, float *) {
+      rowPass([&](int64_t r, auto xr, auto g, float *) AMPC_ROW_INLINE {
         partA[r] = rowSum(xr, pix);
         partB[r] = rowSum(g, pix);
       });
@@ -462,7 +511,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
       sumOverBatch(partB, N, C, sumDy);
       for (int64_t c = 0; c < C; ++c)
         mu[c] /= count;
-      rowPass([&](int64_t r, auto xr, auto g, float *) {
+      rowPass([&](int64_t r, auto xr, auto g, float *) AMPC_ROW_INLINE {
         partA[r] = rowSumSquaredDiff(xr, mu[r % C], pix);
         partB[r] = rowSumProductCentered(g, xr, mu[r % C], pix);
       });
@@ -474,7 +523,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
       loadFloats(var, 0, C, inv);
       for (int64_t c = 0; c < C; ++c)
         inv[c] = 1.0f / std::sqrt(inv[c] + eps);
-      rowPass([&](int64_t r, auto xr, auto g, float *) {
+      rowPass([&](int64_t r, auto xr, auto g, float *) AMPC_ROW_INLINE {
         partA[r] = rowSum(g, pix);
         partB[r] = rowSumProductCentered(g, xr, mu[r % C], pix);
       });
@@ -490,7 +539,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     }
     if (!dx.data)
       return;
-    rowPass([&](int64_t r, auto xr, auto g, float *buf) {
+    rowPass([&](int64_t r, auto xr, auto g, float *buf) AMPC_ROW_INLINE {
       int64_t c = r % C;
       float sc = loadFloat(scale, c), m = mu[c], iv = inv[c];
       float mg = sc * sumDy[c] / count, mgx = sc * sumDyXhat[c] / count;

@@ -258,7 +258,8 @@ private:
         std::fprintf(stderr, "  %8.3f ms %5.1f%%  %4d x %s\n", 1e3 * seconds / prog.runs,
                      100 * seconds / total, byOp[op].second, op.c_str());
       std::fprintf(stderr, "  by step:\n");
-      for (size_t k = 0; k < order.size() && k < stepsListed(); ++k) {
+      size_t listed = std::min(order.size(), stepsListed());
+      for (size_t k = 0; k < listed; ++k) {
         const plan::Step &step = prog.source->steps(order[k]);
         std::fprintf(stderr, "  %6.3f ms %5.1f%%  step %zu %s '%s'\n",
                      1e3 * prog.seconds[order[k]] / prog.runs,

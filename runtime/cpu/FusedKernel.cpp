@@ -17,7 +17,6 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-
 /// Broadcast map of an input of shape `in` to the output shape.
 bool mapInput(const std::vector<int64_t> &in, const std::vector<int64_t> &out, InputMap &m) {
   int64_t n = 1;

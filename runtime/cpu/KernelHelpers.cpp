@@ -190,13 +190,8 @@ void bf16ToFloatBlock(const uint16_t *src, float *dst, int64_t n) {
 }
 
 inline void floatToBf16Portable(const float *src, uint16_t *dst, int64_t n) {
-  const uint32_t *s = reinterpret_cast<const uint32_t *>(src);
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t x = s[i];
-    uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
-    uint32_t quiet = (x >> 16) | 0x40u;
-    dst[i] = static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = math::floatToBFloat16(src[i]);
 }
 
 #ifdef AMPC_X86

@@ -49,12 +49,13 @@ inline bool isIndexType(plan::ElemType t) { return t == plan::I64 || t == plan::
 /// Storage bytes per element (1 for the unknown types validatePlan rejects).
 inline size_t elemBytes(plan::ElemType t) { return std::max<size_t>(planElemSize(t), 1); }
 inline const char *elemTypeName(plan::ElemType t) { return planElemTypeName(t); }
-/// "float16[2,3]"
-/// Whether the CPU kernels built for AVX-512 (the fused kernel, AdamW) run:
-/// the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C, and AMPC_CPU_ISA is not
-/// "baseline" (which forces the portable builds; tests compare both).
+/// Whether the CPU kernels built for AVX-512 (the fused kernel, AdamW, the
+/// normalization row loops) run: the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA
+/// and F16C, and AMPC_CPU_ISA is not "baseline" (which forces the portable
+/// builds; tests compare both).
 bool useAvx512();
 
+/// "float16[2,3]"
 std::string argString(const TensorArg &t);
 int64_t product(const std::vector<int64_t> &v, size_t begin = 0, size_t end = SIZE_MAX);
 /// Axis in [0, rank) from a possibly negative axis; -1 when out of range.

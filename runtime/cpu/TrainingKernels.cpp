@@ -63,16 +63,6 @@ std::unique_ptr<Kernel> createAllFinite(const StepContext &ctx, std::string &err
   });
 }
 
-/// The parameter's bf16 copy: round to nearest even, NaN kept quiet, as
-/// math::floatToBFloat16, written without a branch so the loop vectorizes.
-inline uint16_t bf16Branchless(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof x);
-  uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
-  uint32_t quiet = (x >> 16) | 0x40u;
-  return static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
-}
-
 /// The arrays one AdamW update reads and writes over [begin, end).
 struct AdamWArrays {
   const void *grad;
@@ -101,14 +91,15 @@ adamwRange(math::AdamWConstants c, math::AdamWStepScalars s, const G *g, Load lo
 inline __attribute__((always_inline)) void
 adamwChunk(const math::AdamWConstants &c, const math::AdamWStepScalars &s, plan::ElemType gradType,
            plan::ElemType copyType, const AdamWArrays &a, int64_t begin, int64_t end) {
-  auto run = [&](auto *g, auto load) {
+  auto run = [&](auto *g, auto load) __attribute__((always_inline)) {
     if (!a.copy)
       adamwRange(c, s, g, load, a.param, a.expAvg, a.expAvgSq, a.copy, nullptr, begin, end);
     else if (copyType == plan::F16)
       adamwRange(c, s, g, load, a.param, a.expAvg, a.expAvgSq, a.copy, math::floatToHalf, begin,
                  end);
     else
-      adamwRange(c, s, g, load, a.param, a.expAvg, a.expAvgSq, a.copy, bf16Branchless, begin, end);
+      adamwRange(c, s, g, load, a.param, a.expAvg, a.expAvgSq, a.copy, math::floatToBFloat16, begin,
+                 end);
   };
   switch (gradType) {
   case plan::F16:

@@ -87,12 +87,13 @@ AMPC_HD float halfToFloat(uint16_t h) {
 }
 
 /// fp32 -> bf16 bits, round to nearest even; NaN stays (quiet) NaN.
+/// Written as a select rather than a branch, so that loops storing bf16
+/// (AdamW's parameter copies, block conversions) vectorize.
 AMPC_HD uint16_t floatToBFloat16(float f) {
   uint32_t x = floatBits(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u)
-    return static_cast<uint16_t>((x >> 16) | 0x40u);
-  x += 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(x >> 16);
+  uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+  uint32_t quiet = (x >> 16) | 0x40u;
+  return static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded);
 }
 
 AMPC_HD float bfloat16ToFloat(uint16_t b) { return bitsFloat(static_cast<uint32_t>(b) << 16); }

@@ -87,7 +87,7 @@ public:
     for (const auto &[k, v] : opts_.info)
       (*p_.mutable_info())[k] = v;
     for (const StateBinding &b : g_.stateBindings) {
-      stateOf_[b.state] = b.updated;
+      states_[b.state] = 1;
       updatedStates_[b.updated] = 1;
     }
     std::optional<std::vector<ProgramSpec>> specs;
@@ -383,13 +383,13 @@ private:
   void createValueTensors() {
     tensorOf_.reserve(g_.valueIdBound());
     for (const Value *v : g_.initializers()) {
-      bool state = stateOf_.contains(v);
+      bool state = states_.contains(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::CONSTANT);
       setGraphData(id, *v->data());
       tensorOf_[v] = id;
     }
     for (const Value *v : g_.inputs()) {
-      bool state = stateOf_.contains(v);
+      bool state = states_.contains(v);
       int id = addTensor(v->name(), v->type(), state ? plan::STATE : plan::ARENA);
       if (state && v->hasDefault())
         setGraphData(id, *v->data());
@@ -807,7 +807,7 @@ private:
       if (v->isGraphInput())
         read.insert(v);
     for (const Value *v : g_.inputs()) {
-      if (stateOf_.contains(v) || !read.count(v))
+      if (states_.contains(v) || !read.count(v))
         continue;
       plan::Binding &b = *prog.add_inputs();
       b.set_name(v->name());
@@ -1107,7 +1107,7 @@ private:
   void addParameters() {
     for (const std::string &name : opts_.modelParameters) {
       const Value *v = g_.findValue(name);
-      if (!v || !stateOf_.contains(v))
+      if (!v || !states_.contains(v))
         continue;
       plan::Parameter &param = *p_.add_parameters();
       param.set_onnx_name(name);
@@ -1128,7 +1128,8 @@ private:
   std::vector<plan::Storage> storage_;
   /// Each value's plan tensor (-1 for none).
   ValueIdMap<int> tensorOf_{-1};
-  ValueIdMap<const Value *> stateOf_{nullptr};
+  /// The graph's state inputs, and the updated values that replace them.
+  ValueIdMap<char> states_;
   ValueIdMap<char> updatedStates_;
   /// Outputs read widened from a narrow value (findWidenedOutputs), and those values.
   ValueIdMap<const Value *> widenedFrom_{nullptr};

@@ -113,6 +113,9 @@ const Tensor *GradientBuilder::constantData(const Value *v) {
 Value *GradientBuilder::dYOrZeros(unsigned i) {
   if (Value *d = dY(i))
     return d;
+  if (!y(i))
+    return fail("result " + llvm::Twine(i) +
+                " is omitted, so there is no shape for its zero gradient");
   return zerosLike(y(i));
 }
 

@@ -67,8 +67,11 @@ void splitGrad(B &b) {
   const Node &n = b.node();
   int64_t axis = axisOf(n, b.x(0)->type().rank());
   std::vector<Value *> pieces;
-  for (unsigned i = 0; i < n.numOutputs(); ++i)
+  for (unsigned i = 0; i < n.numOutputs(); ++i) {
     pieces.push_back(b.dYOrZeros(i));
+    if (!pieces.back())
+      return; // dYOrZeros failed: the pass reports it
+  }
   if (pieces.size() == 1) {
     b.setGrad(0, pieces[0]);
     return;

@@ -113,7 +113,8 @@ public:
   Value *y(unsigned i = 0) const { return node_.output(i); }
   /// The gradient of result i, or nullptr when none reaches it.
   Value *dY(unsigned i = 0) const { return i < outputGrads_.size() ? outputGrads_[i] : nullptr; }
-  /// The gradient of result i, or zeros of its type.
+  /// The gradient of result i, or zeros of its type (fails, returning
+  /// nullptr, when result i is omitted).
   Value *dYOrZeros(unsigned i);
   /// True when operand i needs a gradient (it depends on a parameter).
   bool wantsGrad(unsigned i) const { return i < wanted_.size() && wanted_[i]; }

@@ -55,6 +55,27 @@ AMPC_HD int rowLanes(int64_t len) {
   return len <= kBlockRowLength ? kWarp : kRowBlock;
 }
 
+/// Column reductions (each of `outputs` results sums `count` elements that
+/// are not contiguous) run a thread per (chunk, result) and combine the
+/// chunks' partials in chunk order: the chunk length that gives about
+/// kFillThreads threads (a GPU's worth: 132 SMs of 2048 threads is 270k)
+/// with chunks of at least kMinColumnChunk elements and at most
+/// kMaxColumnChunks chunks (the combine is serial). The length depends only
+/// on the shape, so the order of the sums, and so the bits, do too.
+inline constexpr int64_t kFillThreads = int64_t(1) << 17;
+inline constexpr int64_t kMinColumnChunk = 32;
+inline constexpr int64_t kMaxColumnChunks = 1024;
+inline int64_t columnChunk(int64_t outputs, int64_t count) {
+  if (count < 2 * kMinColumnChunk || outputs >= kFillThreads)
+    return count < 1 ? 1 : count;
+  int64_t chunks = (kFillThreads + outputs - 1) / outputs;
+  if (chunks > count / kMinColumnChunk)
+    chunks = count / kMinColumnChunk;
+  if (chunks > kMaxColumnChunks)
+    chunks = kMaxColumnChunks;
+  return (count + chunks - 1) / chunks;
+}
+
 /// Before a loop over a chunk's elements, which is written with the constant
 /// bound kRowChunk as well as n: nvcc then unrolls it fully and keeps the
 /// chunk's values in registers (a loop bounded by n alone leaves its arrays

@@ -891,6 +891,59 @@ TEST(CudaRowKernels, ReductionsOverTrailingAxes) {
   EXPECT_EQ(lanes("g (float[2,100000] a) => (float[2,1] y) <int64[1] ax = {1}> { y = ReduceSum(a, ax) }"), 0);
 }
 
+/// Sums down columns (a bias's gradient, LayerNorm's dScale and dBias) and
+/// the loss's sum over samples are spread over many threads: a thread per
+/// (chunk of rows, column), then a combine in chunk order; the loss's
+/// reduction is one row launch. Each is checked against the CPU, and so is
+/// its launch shape.
+TEST(CudaRowKernels, ColumnSumsInChunks) {
+  compareOp("ReduceSum-columns", header() + R"(g (T[1000,37] a) => (T[1,37] y) <int64[1] ax = {0}> {
+      y = ReduceSum(a, ax)
+    })", {}, 1e-4);
+  auto ks = kernelLaunches(header() + R"(g (float[1000,37] a) => (float[1,37] y) <int64[1] ax = {0}> {
+      y = ReduceSum(a, ax)
+    })");
+  ASSERT_EQ(ks.size(), 2u); // 31 chunks of 33 rows (1000 / 32 chunks at most), then the combine
+  EXPECT_EQ(ks[0].threads, 31 * 37);
+  EXPECT_EQ(ks[1].threads, 37);
+  Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(0.5, 2);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+  const char *lnGrad = R"(g (T[300,40] dy, T[300,40] x, T[40] s, T[300,1] m, T[300,1] r) => (T[300,40] dx, T[40] ds, T[40] db) {
+      dx, ds, db = ampc.LayerNormalizationGrad <axis = -1> (dy, x, s, m, r)
+    })";
+  compareOp("LayerNormalizationGrad-many-rows", header(true) + lnGrad, {{"r", positive}}, 1e-4);
+  std::string f32 = lnGrad;
+  for (size_t at; (at = f32.find("T[")) != std::string::npos;)
+    f32.replace(at, 1, "float");
+  ks = kernelLaunches(header(true) + f32);
+  ASSERT_EQ(ks.size(), 3u); // dX by rows, 9 chunks of 34 rows per column, the combine
+  EXPECT_EQ(rcuda::rowLanesOf(ks[0]), 32);
+  EXPECT_EQ(ks[1].threads, 9 * 40);
+  EXPECT_EQ(ks[2].threads, 40);
+  for (const char *r : {"mean", "sum"})
+    compareOp(std::string("SoftmaxCrossEntropyLoss-many-samples-") + r,
+              header() + R"(g (T[100,7] x, int64[100] t, T[7] w) => (T l) {
+      l = SoftmaxCrossEntropyLoss <reduction = ")" + r + R"(", ignore_index = 2> (x, t, w)
+    })",
+              {{"t", intsIn(0, 6)}, {"w", positive}}, 1e-4);
+  compareOp("SoftmaxCrossEntropyLossGrad-many-samples",
+            header(true) + R"(g (T dl, T[100,7] lp, int64[100] t, T[7] w) => (T[100,7] dx) {
+      dx = ampc.SoftmaxCrossEntropyLossGrad <reduction = "mean", ignore_index = 2> (dl, lp, t, w)
+    })",
+            {{"t", intsIn(0, 6)}, {"w", positive}}, 1e-4);
+  ks = kernelLaunches(header() + R"(g (float[100,7] x, int64[100] t) => (float l) {
+      l = SoftmaxCrossEntropyLoss(x, t)
+    })");
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_EQ(rcuda::rowLanesOf(ks[1]), 32); // the mean over 100 samples: one row
+  EXPECT_EQ(ks[1].threads, 1);
+}
+
 TEST(CudaRowKernels, CrossEntropyOverLongRows) {
   for (int64_t len : kRowLengths) {
     std::string shape = rows(6, len), c = std::to_string(len);
@@ -942,7 +995,7 @@ TEST(CudaRowKernels, BatchNormStatisticsPerChannel) {
     return Tensor::fromDoubles(t, v);
   };
   // Channels of 2 x 25 (a warp; samples' segments not chunk-aligned), 8 x 256
-  // (a warp) and 16 x 576 elements (a block).
+  // (a warp) and 16 x 576 elements (a block per chunk of 8 samples: 2 chunks).
   for (const char *shape : {"[2,3,5,5]", "[8,4,16,16]", "[16,2,24,24]"}) {
     std::string xs = shape, c = std::string(1, xs[xs.find(',') + 1]);
     std::string cs = "[" + c + "]";
@@ -968,6 +1021,18 @@ TEST(CudaRowKernels, BatchNormStatisticsPerChannel) {
   for (int k = 0; k < 3; ++k) {
     EXPECT_EQ(rcuda::rowLanesOf(ks[k]), lanes[k]) << k;
     EXPECT_EQ(ks[k].threads, k < 2 ? 4 : 8 * 4 * 256) << k;
+  }
+  // Few channels of many elements (ResNet's first stage at batch 512):
+  // 16 rows would leave a GPU idle, so each channel's sums run as 16 rows of
+  // 32 samples (blocks), whose partials a thread per channel combines.
+  ks = kernelLaunches(header(true) + R"(g (float[512,16,32,32] dy, float[512,16,32,32] x, float[16] s) => (float[512,16,32,32] dx, float[16] ds, float[16] db) {
+      dx, ds, db = ampc.BatchNormalizationGrad (dy, x, s)
+    })");
+  ASSERT_EQ(ks.size(), 7u); // SumX, Mean, SumSqDiff, Variance, SumGrad, CombineGrad, dX
+  const int64_t threads[] = {16 * 16, 16, 16 * 16, 16, 16 * 16, 16, 512 * 16 * 1024};
+  for (int k = 0; k < 7; ++k) {
+    EXPECT_EQ(rcuda::rowLanesOf(ks[k]), k % 2 == 0 && k < 6 ? 256 : 0) << k;
+    EXPECT_EQ(ks[k].threads, threads[k]) << k;
   }
 }
 

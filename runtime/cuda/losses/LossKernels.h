@@ -18,8 +18,8 @@ namespace ampc::rt::cuda {
 struct LossArgs {
   enum Phase : uint8_t {
     PerSample, ///< sample: log-probabilities, the sample's weighted loss
-    Reduce,    ///< one thread: the reduced loss
-    GradScale, ///< one thread: 1 / weight sum (mean) or 1
+    Reduce,    ///< one row (or thread): the reduced loss
+    GradScale, ///< one row (or thread): 1 / weight sum (mean) or 1
     Grad       ///< sample: its row of dX
   };
   enum Reduction : uint8_t { None, Sum, Mean };
@@ -87,13 +87,30 @@ struct LossArgs {
 
   // Row launches (RowKernels.h) when the scores are [N, C] (D == 1):
   // PerSample with softmax reads a row once (online maximum and sum), Grad
-  // writes a row with no reduction.
+  // writes a row with no reduction. Reduce and GradScale are one row of the
+  // N * D samples (the sum of their losses in `a`, of their weights in `b`),
+  // so that a block, not one thread, sums 16k samples.
   int lanes = 0;
-  AMPC_HD int64_t rowLength() const { return C; }
-  static AMPC_HD int rowPasses(const LossArgs &a) { return a.phase == PerSample ? 1 : 0; }
-  static AMPC_HD RowAcc rowInit(const LossArgs &, int) { return softmaxInit(); }
+  AMPC_HD bool samplesRow() const { return phase == Reduce || phase == GradScale; }
+  AMPC_HD int64_t rowLength() const { return samplesRow() ? N * D : C; }
+  static AMPC_HD int rowPasses(const LossArgs &a) {
+    return a.phase == PerSample || a.samplesRow() ? 1 : 0;
+  }
+  static AMPC_HD RowAcc rowInit(const LossArgs &a, int) {
+    return a.samplesRow() ? RowAcc() : softmaxInit();
+  }
   static AMPC_HD RowAcc rowAccumulate(const LossArgs &a, int64_t row, int, int64_t j0, int n,
                                       RowAcc acc, const RowAcc *) {
+    if (a.samplesRow()) {
+      AMPC_UNROLL
+      for (int k = 0; k < kRowChunk && k < n; ++k) {
+        if (a.phase == Reduce)
+          acc.a += a.ws[j0 + k];
+        float w = a.sampleWeight(a.targetAt(j0 + k));
+        acc.b += w == w ? w : 0.0f;
+      }
+      return acc;
+    }
     float v[kRowChunk];
     loadChunk(a.xType, a.x, row * a.C + j0, n, v);
     AMPC_UNROLL
@@ -101,8 +118,12 @@ struct LossArgs {
       acc = softmaxAdd(acc, v[k]);
     return acc;
   }
-  static AMPC_HD RowAcc rowCombine(const LossArgs &, int, RowAcc p, RowAcc q) {
-    return softmaxMerge(p, q);
+  static AMPC_HD RowAcc rowCombine(const LossArgs &a, int, RowAcc p, RowAcc q) {
+    if (!a.samplesRow())
+      return softmaxMerge(p, q);
+    p.a += q.a;
+    p.b += q.b;
+    return p;
   }
   static AMPC_HD float rowLse(const RowAcc *totals) {
     return totals[0].a + std::log(totals[0].b);
@@ -110,6 +131,8 @@ struct LossArgs {
   static AMPC_HD void rowFinish(const LossArgs &a, int64_t row, int64_t j0, int n,
                                 const RowAcc *totals) {
     float v[kRowChunk];
+    if (a.samplesRow())
+      return;
     if (a.phase == PerSample) {
       if (!a.logProb)
         return;
@@ -131,6 +154,11 @@ struct LossArgs {
     storeChunk(a.dxType, a.dx, row * a.C + j0, n, v);
   }
   static AMPC_HD void rowDone(const LossArgs &a, int64_t row, const RowAcc *totals) {
+    if (a.phase == Reduce)
+      storeFromFloat(a.lossType, a.loss, 0,
+                     a.reduction == Sum ? totals[0].a : totals[0].a / totals[0].b);
+    if (a.phase == GradScale)
+      a.ws[0] = a.reduction == Mean ? 1.0f / totals[0].b : 1.0f;
     if (a.phase == PerSample)
       a.storeSampleLoss(row, row * a.C, rowLse(totals));
   }

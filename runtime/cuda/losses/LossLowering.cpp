@@ -80,7 +80,7 @@ bool StepLowering::lowerLoss(bool softmax, std::string &error) {
   kernel(KernelKind::Loss, l, samples);
   if (l.reduction != LossArgs::None) {
     l.phase = LossArgs::Reduce;
-    l.lanes = 0;
+    l.lanes = rowLanes(samples);
     kernel(KernelKind::Loss, l, 1);
   }
   return true;
@@ -118,6 +118,7 @@ bool StepLowering::lowerLossGrad(bool softmax, std::string &error) {
   l.dxType = dx.type;
   l.ws = ws_.alloc<float>(1);
   l.phase = LossArgs::GradScale;
+  l.lanes = rowLanes(l.N * l.D);
   kernel(KernelKind::Loss, l, 1);
   l.phase = LossArgs::Grad;
   l.lanes = l.D == 1 ? rowLanes(l.C) : 0; // rows of dX written by warps

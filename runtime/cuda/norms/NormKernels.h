@@ -31,8 +31,12 @@ struct NormParam {
 /// launch (RowKernels.h): the forward reduces the sum, then the squared
 /// deviations from the mean (the reference's two passes, kept for their
 /// accuracy), dX reduces sum(dY * scale) and sum(dY * scale * x̂) in one
-/// pass. Phase 2: one thread per column i of the normalized shape sums
-/// dScale[i] and dBias[i] over rows.
+/// pass. Phase 2: thread i = k * inner + column sums dScale and dBias of
+/// that column over chunk k of the rows (columnChunk: a thread per column
+/// alone would leave most of a GPU idle and run 16k rows in series), into
+/// the results when there is one chunk, else into the partials part[i]
+/// (dScale) and part[inner * chunks + i] (dBias); phase 3: thread column
+/// combines them in chunk order.
 struct LayerNormArgs {
   const void *x = nullptr, *dy = nullptr, *meanIn = nullptr, *invIn = nullptr;
   void *y = nullptr, *mean = nullptr, *inv = nullptr, *dScale = nullptr, *dBias = nullptr;
@@ -43,6 +47,8 @@ struct LayerNormArgs {
   float eps = 1e-5f;
   uint8_t phase = 0;
   int lanes = 0;
+  int64_t chunk = 1, chunks = 1;
+  float *part = nullptr;
 
   AMPC_HD int64_t rowLength() const { return inner; }
   static AMPC_HD int rowPasses(const LayerNormArgs &a) { return a.phase == 0 ? 2 : 1; }
@@ -117,21 +123,41 @@ struct LayerNormArgs {
       storeFromFloat(a.invType, a.inv, row, a.rowInv(totals));
   }
 
+  AMPC_HD void storeParamGrads(int64_t col, float ds, float db) const {
+    if (dScale)
+      storeFromFloat(dScaleType, dScale, col, ds);
+    if (dBias)
+      storeFromFloat(dBiasType, dBias, col, db);
+  }
+
   static AMPC_HD void run(const LayerNormArgs &a, int64_t i) {
     if (a.phase == 2) {
+      int64_t k = i / a.inner, col = i - k * a.inner;
+      int64_t begin = k * a.chunk, end = begin + a.chunk < a.rows ? begin + a.chunk : a.rows;
       float ds = 0, db = 0;
-      for (int64_t r = 0; r < a.rows; ++r) {
-        int64_t k = r * a.inner + i;
-        float g = loadAsFloat(a.dyType, a.dy, k);
-        float xhat = (loadAsFloat(a.xType, a.x, k) - loadAsFloat(a.meanInType, a.meanIn, r)) *
+      for (int64_t r = begin; r < end; ++r) {
+        int64_t off = r * a.inner + col;
+        float g = loadAsFloat(a.dyType, a.dy, off);
+        float xhat = (loadAsFloat(a.xType, a.x, off) - loadAsFloat(a.meanInType, a.meanIn, r)) *
                      loadAsFloat(a.invInType, a.invIn, r);
         ds += g * xhat;
         db += g;
       }
-      if (a.dScale)
-        storeFromFloat(a.dScaleType, a.dScale, i, ds);
-      if (a.dBias)
-        storeFromFloat(a.dBiasType, a.dBias, i, db);
+      if (a.chunks > 1) {
+        a.part[i] = ds;
+        a.part[a.inner * a.chunks + i] = db;
+        return;
+      }
+      a.storeParamGrads(col, ds, db);
+      return;
+    }
+    if (a.phase == 3) {
+      float ds = 0, db = 0;
+      for (int64_t k = 0; k < a.chunks; ++k) {
+        ds += a.part[k * a.inner + i];
+        db += a.part[a.inner * a.chunks + k * a.inner + i];
+      }
+      a.storeParamGrads(i, ds, db);
       return;
     }
     int64_t base = i * a.inner, n = a.inner;
@@ -251,28 +277,40 @@ struct BatchNormArgs {
   // Row launches (RowKernels.h), a channel's N * pix elements as its row
   // (loaded one by one: they are contiguous only within a sample): Stats
   // reduces the sum, then the squared deviations; GradStats sum(dY) and
-  // sum(dY * x̂).
+  // sum(dY * x̂). When a GPU would be left mostly idle by C rows (16
+  // channels of 512 x 32 x 32), the chunk phases SumX, SumSqDiff and SumGrad
+  // run as row launches too, row c * chunks + k being chunk k (`chunk`
+  // elements, whole samples) of channel c, and write partials that Mean,
+  // Variance and CombineGrad combine.
   int lanes = 0;
-  AMPC_HD int64_t rowLength() const { return N * pix; }
+  AMPC_HD bool chunkPhase() const {
+    return phase == SumX || phase == SumSqDiff || phase == SumGrad;
+  }
+  AMPC_HD int64_t rowLength() const { return chunkPhase() ? chunk : N * pix; }
   static AMPC_HD int rowPasses(const BatchNormArgs &a) { return a.phase == Stats ? 2 : 1; }
   static AMPC_HD RowAcc rowInit(const BatchNormArgs &, int) { return RowAcc(); }
-  static AMPC_HD RowAcc rowAccumulate(const BatchNormArgs &a, int64_t c, int pass, int64_t j0,
+  static AMPC_HD RowAcc rowAccumulate(const BatchNormArgs &a, int64_t row, int pass, int64_t j0,
                                       int n, RowAcc acc, const RowAcc *totals) {
-    const float count = static_cast<float>(a.N * a.pix);
-    const float m = a.phase == Stats ? (pass == 0 ? 0.0f : totals[0].a / count) : a.mu()[c];
-    const float inv = a.phase == GradStats ? a.invs()[c] : 0.0f;
-    if (a.phase == Stats) {
+    const bool chunked = a.chunkPhase();
+    const int64_t c = chunked ? row / a.chunks : row;
+    const int64_t first = chunked ? (row - c * a.chunks) * a.chunk + j0 : j0;
+    const bool sumX = a.phase == Stats ? pass == 0 : a.phase == SumX;
+    const bool sumSq = a.phase == Stats ? pass == 1 : a.phase == SumSqDiff;
+    if (sumX || sumSq) {
+      const float count = static_cast<float>(a.N * a.pix);
+      const float m = sumX ? 0.0f : a.phase == Stats ? totals[0].a / count : a.mu()[c];
       AMPC_UNROLL
       for (int k = 0; k < kRowChunk && k < n; ++k) {
-        float xv = loadAsFloat(a.xType, a.x, a.offset(c, j0 + k));
+        float xv = loadAsFloat(a.xType, a.x, a.offset(c, first + k));
         float d = xv - m;
-        acc.a += pass == 0 ? xv : d * d;
+        acc.a += sumX ? xv : d * d;
       }
       return acc;
     }
+    const float m = a.mu()[c], inv = a.invs()[c];
     AMPC_UNROLL
     for (int k = 0; k < kRowChunk && k < n; ++k) {
-      int64_t off = a.offset(c, j0 + k);
+      int64_t off = a.offset(c, first + k);
       float xv = loadAsFloat(a.xType, a.x, off), g = loadAsFloat(a.dyType, a.dy, off);
       acc.a += g;
       acc.b += g * ((xv - m) * inv);
@@ -285,15 +323,21 @@ struct BatchNormArgs {
     return p;
   }
   static AMPC_HD void rowFinish(const BatchNormArgs &, int64_t, int64_t, int, const RowAcc *) {}
-  static AMPC_HD void rowDone(const BatchNormArgs &a, int64_t c, const RowAcc *totals) {
+  static AMPC_HD void rowDone(const BatchNormArgs &a, int64_t row, const RowAcc *totals) {
+    if (a.chunkPhase()) {
+      a.partA()[row] = totals[0].a;
+      if (a.phase == SumGrad)
+        a.partB()[row] = totals[0].b;
+      return;
+    }
     const float count = static_cast<float>(a.N * a.pix);
     if (a.phase == GradStats) {
-      a.storeGradSums(c, totals[0].a, totals[0].b);
+      a.storeGradSums(row, totals[0].a, totals[0].b);
       return;
     }
     float m = totals[0].a / count;
-    a.mu()[c] = m;
-    a.storeStatistics(c, m, totals[1].a / count);
+    a.mu()[row] = m;
+    a.storeStatistics(row, m, totals[1].a / count);
   }
 
   static AMPC_HD void run(const BatchNormArgs &a, int64_t i) {

@@ -138,10 +138,34 @@ bool StepLowering::lowerLayerNormGrad(std::string &error) {
   }
   if (dScale.present() || dBias.present()) {
     l.phase = 2;
-    l.lanes = 0; // a thread per column
-    kernel(KernelKind::LayerNorm, l, l.inner);
+    l.lanes = 0; // a thread per (chunk of rows, column)
+    l.chunk = columnChunk(l.inner, l.rows);
+    l.chunks = (l.rows + l.chunk - 1) / l.chunk;
+    if (l.chunks > 1)
+      l.part = ws_.alloc<float>(2 * l.inner * l.chunks);
+    kernel(KernelKind::LayerNorm, l, l.inner * l.chunks);
+    if (l.chunks > 1) {
+      l.phase = 3;
+      kernel(KernelKind::LayerNorm, l, l.inner);
+    }
   }
   return true;
+}
+
+/// The number of chunks of whole samples a BatchNorm channel's sums are split
+/// into (a divisor of N): the fewest that give the row launches about half
+/// a GPU's worth of threads (kFillThreads / 2), with chunks of at least
+/// kBlockRowLength elements (shorter ones are not worth the extra launches).
+static int64_t batchNormRowChunks(int64_t N, int64_t C, int64_t pix) {
+  int64_t best = 1;
+  for (int64_t d = 2; d <= N && C * best * rowLanes(N / best * pix) < kFillThreads / 2; ++d) {
+    if (N % d)
+      continue;
+    if (N / d * pix < kBlockRowLength)
+      break;
+    best = d;
+  }
+  return best;
 }
 
 bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
@@ -229,28 +253,41 @@ bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
   b.yType = y.type;
   b.eps = static_cast<float>(attrFloat("epsilon", 1e-5));
   int64_t count = b.N * b.pix;
-  b.chunk = 4096;
-  b.chunks = std::max<int64_t>(1, (count + b.chunk - 1) / b.chunk);
+  // A channel's statistics by a warp or a block (one launch), or by a row
+  // launch per chunk of whole samples when C rows would leave the GPU idle;
+  // channels of few elements in chunks with a thread per chunk.
+  const int lanes = rowLanes(count);
+  if (lanes) {
+    b.chunks = batchNormRowChunks(b.N, b.C, b.pix);
+    b.chunk = b.N / b.chunks * b.pix;
+  } else {
+    b.chunk = 4096;
+    b.chunks = std::max<int64_t>(1, (count + b.chunk - 1) / b.chunk);
+  }
   b.ws = ws_.alloc<float>(2 * b.C * b.chunks + 4 * b.C);
   auto phase = [&](BatchNormArgs::Phase ph, int64_t threads) {
     b.phase = ph;
     kernel(KernelKind::BatchNorm, b, threads);
   };
-  // A channel's statistics by a warp or a block (one launch), or, for
-  // channels of few elements, in chunks with a thread per channel combining.
-  const int lanes = rowLanes(count);
+  const bool chunkRows = lanes && b.chunks > 1;
   auto rows = [&](BatchNormArgs::Phase ph) {
-    b.lanes = lanes;
-    phase(ph, b.C);
+    b.lanes = chunkRows ? rowLanes(b.chunk) : lanes;
+    phase(ph, chunkRows ? b.C * b.chunks : b.C);
     b.lanes = 0;
   };
-  if (b.training && lanes) {
+  if (b.training && lanes && !chunkRows) {
     rows(BatchNormArgs::Stats);
   } else {
     if (b.training) {
-      phase(BatchNormArgs::SumX, b.C * b.chunks);
+      auto sums = [&](BatchNormArgs::Phase ph) {
+        if (chunkRows)
+          rows(ph);
+        else
+          phase(ph, b.C * b.chunks);
+      };
+      sums(BatchNormArgs::SumX);
       phase(BatchNormArgs::Mean, b.C);
-      phase(BatchNormArgs::SumSqDiff, b.C * b.chunks);
+      sums(BatchNormArgs::SumSqDiff);
     }
     phase(BatchNormArgs::Variance, b.C);
   }
@@ -259,10 +296,13 @@ bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
       phase(BatchNormArgs::Apply, x.numel);
     return true;
   }
-  if (lanes) {
+  if (lanes && !chunkRows) {
     rows(BatchNormArgs::GradStats);
   } else {
-    phase(BatchNormArgs::SumGrad, b.C * b.chunks);
+    if (chunkRows)
+      rows(BatchNormArgs::SumGrad);
+    else
+      phase(BatchNormArgs::SumGrad, b.C * b.chunks);
     phase(BatchNormArgs::CombineGrad, b.C);
   }
   if (y.present())

@@ -15,8 +15,10 @@ namespace ampc::rt::cuda {
 
 enum class ReduceOp : uint8_t { Sum, Mean, SumSquare, L1, L2, Max, Min, Prod, LogSum, LogSumExp };
 
-/// Phase 0: thread (result o, chunk c) reduces its chunk of the reduced
-/// elements (the final result when there is one chunk, else a partial);
+/// Phase 0: thread i = c * outputs + o (chunk c of result o: consecutive
+/// threads take consecutive results, so that a warp's loads of a column
+/// reduction are contiguous) reduces its chunk of the reduced elements (the
+/// final result when there is one chunk, else the partial partial[i]);
 /// phase 1: thread o combines the partials of result o in chunk order.
 /// When the reduced axes are the trailing ones (result o reduces the
 /// contiguous row [o * count, (o + 1) * count)), the lowering makes phase 0 a
@@ -30,7 +32,7 @@ struct ReduceArgs {
   int keptRank = 0, redRank = 0;
   int64_t keptShape[kMaxRank] = {}, keptStrides[kMaxRank] = {};
   int64_t redShape[kMaxRank] = {}, redStrides[kMaxRank] = {};
-  int64_t count = 1, chunk = 1, chunks = 1;
+  int64_t count = 1, chunk = 1, chunks = 1, outputs = 1;
   /// LogSumExp: each result's maximum (a Max reduction run first), which
   /// every exponent is shifted by, as on the CPU.
   const float *shift = nullptr;
@@ -133,11 +135,11 @@ struct ReduceArgs {
     if (a.phase == 1) {
       float acc = init(a.op);
       for (int64_t c = 0; c < a.chunks; ++c)
-        acc = merge(a.op, acc, a.partial[i * a.chunks + c]);
+        acc = merge(a.op, acc, a.partial[c * a.outputs + i]);
       storeFromFloat(a.dstType, a.dst, i, finish(a, acc, i));
       return;
     }
-    int64_t o = i / a.chunks, c = i - o * a.chunks;
+    int64_t c = i / a.outputs, o = i - c * a.outputs;
     int64_t base = stridedOffset(a.keptRank, a.keptShape, a.keptStrides, o);
     int64_t begin = c * a.chunk, end = begin + a.chunk < a.count ? begin + a.chunk : a.count;
     float shift = a.shift ? shiftOf(a, o) : 0.0f;

@@ -50,21 +50,18 @@ void StepLowering::reduce(const Operand &src, const std::vector<bool> &reduced, 
   }
   // Contiguous rows: a warp or a block per result; a few very long rows
   // keep the chunked form below, which spreads each over many blocks.
-  constexpr int64_t kChunk = 4096;
-  if (trailing && rowLanes(r.count) && (r.count <= 16 * kChunk || outputs >= 256)) {
+  constexpr int64_t kLongRow = 16 * 4096;
+  r.outputs = std::max<int64_t>(outputs, 1);
+  if (trailing && rowLanes(r.count) && (r.count <= kLongRow || outputs >= 256)) {
     r.lanes = rowLanes(r.count);
     kernel(KernelKind::Reduce, r, outputs);
     return;
   }
-  // Long reductions with few results: per-chunk partials, then a combine.
-  if (r.count > 2 * kChunk && outputs < 65536) {
-    r.chunk = kChunk;
-    r.chunks = (r.count + kChunk - 1) / kChunk;
-    r.partial = ws_.alloc<float>(outputs * r.chunks);
-  } else {
-    r.chunk = std::max<int64_t>(r.count, 1);
-    r.chunks = 1;
-  }
+  // Otherwise a thread per (chunk, result), then a combine of the partials.
+  r.chunk = columnChunk(r.outputs, r.count);
+  r.chunks = (r.count + r.chunk - 1) / r.chunk;
+  if (r.chunks > 1)
+    r.partial = ws_.alloc<float>(r.outputs * r.chunks);
   kernel(KernelKind::Reduce, r, outputs * r.chunks);
   if (r.chunks > 1) {
     r.phase = 1;

@@ -1,7 +1,8 @@
 //===- datamovement/DataMovementKernels.h - Gather, Pad and friends --*- C++ -*-===//
 //
 // Data-movement kernels of DeviceKernels.h: Gather, GatherElements, Pad and
-// Gather's gradient; one thread per result element (or column).
+// Gather's gradient; one thread per result element (Gather's gradient after
+// a counting sort of its indices).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -15,33 +16,103 @@ AMPC_HD int64_t loadIndex(uint8_t indexType, const void *indices, int64_t j) {
                                      : static_cast<const int32_t *>(indices)[j];
 }
 
-/// dX of Gather (an Embedding's gradient), in up to three launches: the
-/// fp32 accumulator is zeroed (a memset); one thread per (outer slice,
-/// column) adds dY over the indices in order, as the CPU kernel does, so
-/// repeated indices add up deterministically and in the CPU's order
-/// (out-of-range indices dropped); when dX is narrower than fp32, a
-/// `convert` launch, one thread per element, rounds the sums into it.
+/// dX of Gather (an Embedding's gradient): each element of dX is the sum of
+/// dY over the indices that name its row, in index order (the CPU kernel's
+/// order, so the bits are the CPU's), without atomics on floats and with a
+/// thread per dX element. The positions of the indices are first sorted by
+/// row, stably, by a counting sort over `segments` segments of the indices
+/// (a thread per segment walks its indices in order), in these phases:
+///
+///   Count      thread s: table[k * segments + s] = occurrences of row k in
+///              segment s (the table zeroed by a memset before)
+///   RowTotals  thread k: rowCount[k] = the sum of row k's counts
+///   BlockSums  thread b: blockSum[b] = the sum of rows [b * kScanBlock, ...)
+///   BlockScan  one thread: blockSum becomes its exclusive prefix sums
+///   RowStarts  thread k: rowStart[k], and row k's table entries become the
+///              first position of each segment's occurrences
+///   Scatter    thread s: positions[...] = the indices of segment s in order
+///   Sum        thread (outer slice, row k, column): the sum over row k's
+///              positions, stored in dX's type
+///
+/// Out-of-range indices are dropped, negative ones count from the end.
 struct GatherGradArgs {
+  enum Phase : uint8_t { Count, RowTotals, BlockSums, BlockScan, RowStarts, Scatter, Sum };
+  static constexpr int64_t kScanBlock = 256;
   const void *dy = nullptr, *indices = nullptr;
   void *dx = nullptr;
-  float *acc = nullptr; ///< dX itself when fp32
+  int32_t *table = nullptr, *rowCount = nullptr, *rowStart = nullptr, *blockSum = nullptr,
+          *positions = nullptr;
   uint8_t indexType = 0, dyType = 0, dxType = 0;
-  bool convert = false;
-  int64_t n = 0, dim = 0, inner = 1;
+  Phase phase = Count;
+  int64_t n = 0, dim = 0, inner = 1, segments = 1, segmentLength = 1;
+
+  /// Index j's row, or -1 when it is out of range.
+  AMPC_HD int64_t rowOf(int64_t j) const {
+    int64_t k = loadIndex(indexType, indices, j);
+    if (k < 0)
+      k += dim;
+    return k < 0 || k >= dim ? -1 : k;
+  }
+  AMPC_HD int64_t segmentEnd(int64_t s) const {
+    int64_t end = (s + 1) * segmentLength;
+    return end < n ? end : n;
+  }
 
   static AMPC_HD void run(const GatherGradArgs &a, int64_t i) {
-    if (a.convert) {
-      storeFromFloat(a.dxType, a.dx, i, a.acc[i]);
+    switch (a.phase) {
+    case Count:
+      for (int64_t j = i * a.segmentLength; j < a.segmentEnd(i); ++j)
+        if (int64_t k = a.rowOf(j); k >= 0)
+          ++a.table[k * a.segments + i];
+      return;
+    case RowTotals: {
+      int32_t c = 0;
+      for (int64_t s = 0; s < a.segments; ++s)
+        c += a.table[i * a.segments + s];
+      a.rowCount[i] = c;
       return;
     }
-    int64_t o = i / a.inner, c = i - o * a.inner;
-    for (int64_t j = 0; j < a.n; ++j) {
-      int64_t k = loadIndex(a.indexType, a.indices, j);
-      if (k < 0)
-        k += a.dim;
-      if (k < 0 || k >= a.dim)
-        continue;
-      a.acc[(o * a.dim + k) * a.inner + c] += loadAsFloat(a.dyType, a.dy, (o * a.n + j) * a.inner + c);
+    case BlockSums: {
+      int32_t c = 0;
+      for (int64_t k = i * kScanBlock; k < (i + 1) * kScanBlock && k < a.dim; ++k)
+        c += a.rowCount[k];
+      a.blockSum[i] = c;
+      return;
+    }
+    case BlockScan: {
+      int32_t c = 0;
+      for (int64_t b = 0; b < (a.dim + kScanBlock - 1) / kScanBlock; ++b) {
+        int32_t t = a.blockSum[b];
+        a.blockSum[b] = c;
+        c += t;
+      }
+      return;
+    }
+    case RowStarts: {
+      int32_t start = a.blockSum[i / kScanBlock];
+      for (int64_t k = i / kScanBlock * kScanBlock; k < i; ++k)
+        start += a.rowCount[k];
+      a.rowStart[i] = start;
+      for (int64_t s = 0; s < a.segments; ++s) {
+        int32_t c = a.table[i * a.segments + s];
+        a.table[i * a.segments + s] = start;
+        start += c;
+      }
+      return;
+    }
+    case Scatter:
+      for (int64_t j = i * a.segmentLength; j < a.segmentEnd(i); ++j)
+        if (int64_t k = a.rowOf(j); k >= 0)
+          a.positions[a.table[k * a.segments + i]++] = static_cast<int32_t>(j);
+      return;
+    case Sum: {
+      int64_t c = i % a.inner, k = i / a.inner % a.dim, o = i / (a.inner * a.dim);
+      float acc = 0.0f;
+      for (int32_t p = a.rowStart[k], e = p + a.rowCount[k]; p < e; ++p)
+        acc += loadAsFloat(a.dyType, a.dy, (o * a.n + a.positions[p]) * a.inner + c);
+      storeFromFloat(a.dxType, a.dx, i, acc);
+      return;
+    }
     }
   }
 };

@@ -8,6 +8,8 @@
 
 #include "../StepLowering.h"
 
+#include <limits>
+
 namespace ampc::rt::cuda {
 
 //===----------------------------------------------------------------------===//
@@ -459,19 +461,39 @@ bool StepLowering::lowerGatherGrad(std::string &error) {
     error = "dY does not match the indices and shape";
     return false;
   }
-  g.acc = dx.type == FusedElem::F32 ? static_cast<float *>(dx.p) : ws_.alloc<float>(dx.numel);
-  if (outer * g.inner == 0) {
+  if (outer * g.inner == 0 || g.dim == 0) {
     memset0(dx.p, static_cast<size_t>(dx.numel) * dx.elemBytes());
     return true;
   }
-  // Zeroing and narrowing are launches of their own: inside the per-column
-  // threads they were serial over the whole table (V rows for an Embedding).
-  memset0(g.acc, static_cast<size_t>(dx.numel) * sizeof(float));
-  kernel(KernelKind::GatherGrad, g, outer * g.inner);
-  if (static_cast<void *>(g.acc) != dx.p) {
-    g.convert = true;
-    kernel(KernelKind::GatherGrad, g, dx.numel);
+  if (g.n > std::numeric_limits<int32_t>::max()) {
+    error = "more than 2^31 indices";
+    return false;
   }
+  // Segments: enough that walking one is short (64 indices), few enough that
+  // the table of rows x segments stays within 4M counts.
+  constexpr int64_t kSegmentIndices = 64, kTableCounts = int64_t(1) << 22;
+  g.segments = std::max<int64_t>(
+      1, std::min((g.n + kSegmentIndices - 1) / kSegmentIndices, kTableCounts / g.dim));
+  g.segmentLength = std::max<int64_t>(1, (g.n + g.segments - 1) / g.segments);
+  g.segments = std::max<int64_t>(1, (g.n + g.segmentLength - 1) / g.segmentLength);
+  int64_t blocks = (g.dim + GatherGradArgs::kScanBlock - 1) / GatherGradArgs::kScanBlock;
+  g.table = ws_.alloc<int32_t>(g.dim * g.segments);
+  g.rowCount = ws_.alloc<int32_t>(g.dim);
+  g.rowStart = ws_.alloc<int32_t>(g.dim);
+  g.blockSum = ws_.alloc<int32_t>(blocks);
+  g.positions = ws_.alloc<int32_t>(std::max<int64_t>(g.n, 1));
+  memset0(g.table, static_cast<size_t>(g.dim * g.segments) * sizeof(int32_t));
+  auto phase = [&](GatherGradArgs::Phase ph, int64_t threads) {
+    g.phase = ph;
+    kernel(KernelKind::GatherGrad, g, threads);
+  };
+  phase(GatherGradArgs::Count, g.segments);
+  phase(GatherGradArgs::RowTotals, g.dim);
+  phase(GatherGradArgs::BlockSums, blocks);
+  phase(GatherGradArgs::BlockScan, 1);
+  phase(GatherGradArgs::RowStarts, g.dim);
+  phase(GatherGradArgs::Scatter, g.segments);
+  phase(GatherGradArgs::Sum, dx.numel);
   return true;
 }
 

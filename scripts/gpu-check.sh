@@ -77,7 +77,8 @@ for model in mlp cnn transformer; do
       [[ $ok == 1 ]] || continue
       for what in grads params; do
         $py "$root/scripts/compare_dumps.py" "$dir/cpu/$what" "$dir/cuda/$what" \
-          --precision $precision --label "$tag $what" >"$dir/compare-$what.txt"
+          --precision $precision --plan "$dir/step.plan" --steps "$steps" --label "$tag $what" \
+          >"$dir/compare-$what.txt"
         status=$?
         grep -v '^ok' "$dir/compare-$what.txt"
         echo "$tag $what: $(grep -c '^ok' "$dir/compare-$what.txt") arrays within tolerance"

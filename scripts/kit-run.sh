@@ -113,8 +113,8 @@ for dir in "$kit"/checks/*.*.*/; do
   [[ $ok == 1 ]] || continue
   for what in grads params; do
     if ! $py "$kit/compare_dumps.py" "$dir/cpu/$what" "$work/$backend/$what" --precision "$precision" \
-        --label "$tag $what" >"$work/compare-$what.txt" 2>&1; then
-      fail "$tag $what: $(grep -v '^ok' "$work/compare-$what.txt" | head -3 | tr '\n' ' ')"
+        --plan "$dir/step.plan" --steps "$steps" --label "$tag $what" >"$work/compare-$what.txt" 2>&1; then
+      fail "$tag $what: $(grep -v '^ok\|^skip' "$work/compare-$what.txt" | head -3 | tr '\n' ' ')"
       ok=0
     fi
     if [[ $mode == gpu ]] && ! diff -rq "$work/cuda/$what" "$work/nograph/$what" >/dev/null; then

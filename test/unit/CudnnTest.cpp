@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 #include <string>
 #include <sys/stat.h>
 
@@ -45,6 +46,22 @@ namespace {
 bool exists(const char *path) {
   struct stat st;
   return ::stat(path, &st) == 0;
+}
+
+/// Whether this machine has a cuDNN 9 the loader can find: through the
+/// dynamic loader's own search (LD_LIBRARY_PATH, the ldconfig cache: a GPU
+/// image's /lib/x86_64-linux-gnu/libcudnn.so.9, or a toolkit folder that
+/// ldconfig lists) or in a toolkit folder it tries by path.
+bool cudnnFindable() {
+  if (void *lib = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_LOCAL)) {
+    dlclose(lib);
+    return true;
+  }
+  for (const char *path : {"/usr/local/cuda/lib64/libcudnn.so.9", "/usr/local/cuda/lib/libcudnn.so.9",
+                           "/usr/local/cuda-13.0/lib64/libcudnn.so.9"})
+    if (exists(path))
+      return true;
+  return false;
 }
 
 /// Sets an environment variable for the scope, restoring it after.
@@ -141,7 +158,7 @@ TEST(CudnnLoader, OpensTheToolkitsCudnnAndBindsEveryEntryPoint) {
   cudnn::Api api;
   std::string why;
   bool opened = rcuda::openCudnn(names, api, why);
-  if (!exists("/usr/local/cuda/lib64/libcudnn.so.9")) {
+  if (!cudnnFindable()) {
     EXPECT_FALSE(opened);
     EXPECT_EQ(why.rfind("cuDNN not found (tried libcudnn.so.9", 0), 0u) << why;
     return;

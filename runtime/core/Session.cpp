@@ -151,29 +151,62 @@ int Session::program(const std::string &name) const {
   return -1;
 }
 
-bool Session::feed(int program, const std::string &name, const HostArray &a,
-                   const std::string &what, std::string &error) {
+int Session::inputTensor(int program, const std::string &name, ElemType type,
+                         const std::vector<int64_t> &shape, const std::string &got,
+                         const std::string &what, std::string &error) const {
   for (const plan::Binding &b : plan_.programs(program).inputs()) {
     if (b.name() != name)
       continue;
     const plan::Tensor &t = plan_.tensors(b.tensor());
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    if (a.type != elemTypeOf(t.type()) || a.shape != shape) {
-      error = what + ": input '" + name + "' expects " + typeString(t.type(), shape) + ", got " +
-              arrayType(a);
-      return false;
+    std::vector<int64_t> want(t.shape().begin(), t.shape().end());
+    if (type != elemTypeOf(t.type()) || shape != want) {
+      error = what + ": input '" + name + "' expects " + typeString(t.type(), want) + ", got " +
+              got;
+      return -1;
     }
-    if (!backend_->write(b.tensor(), a.bytes.data(), a.bytes.size(), error))
-      return false;
-    fed_[program][name] = true;
-    return true;
+    return b.tensor();
   }
   std::string inputs;
   for (const plan::Binding &b : plan_.programs(program).inputs())
     inputs += (inputs.empty() ? "'" : ", '") + b.name() + "'";
   error = what + ": the plan has no input '" + name + "' (its inputs: " +
           (inputs.empty() ? std::string("none") : inputs) + ")";
-  return false;
+  return -1;
+}
+
+bool Session::feed(int program, const std::string &name, const HostArray &a,
+                   const std::string &what, std::string &error) {
+  int tensor = inputTensor(program, name, a.type, a.shape, arrayType(a), what, error);
+  if (tensor < 0 || !backend_->write(tensor, a.bytes.data(), a.bytes.size(), error))
+    return false;
+  fed_[program][name] = true;
+  return true;
+}
+
+bool Session::feedWith(int program, const std::string &name, ElemType type,
+                       const std::vector<int64_t> &shape,
+                       const std::function<void(uint8_t *)> &fill, HostArray &scratch,
+                       const std::string &what, std::string &error) {
+  scratch.type = type;
+  scratch.shape = shape;
+  int tensor = inputTensor(program, name, type, shape, arrayType(scratch), what, error);
+  if (tensor < 0)
+    return false;
+  size_t bytes = planTensorBytes(plan_.tensors(tensor));
+  if (void *buffer = backend_->inputBuffer(tensor, bytes, error)) {
+    fill(static_cast<uint8_t *>(buffer));
+    if (!backend_->commitInput(tensor, bytes, error))
+      return false;
+  } else {
+    if (!error.empty())
+      return false;
+    scratch.bytes.resize(bytes); // reused: no allocation, no page faults
+    fill(scratch.bytes.data());
+    if (!backend_->write(tensor, scratch.bytes.data(), bytes, error))
+      return false;
+  }
+  fed_[program][name] = true;
+  return true;
 }
 
 std::vector<std::string> Session::missingFeeds(int program) const {

@@ -155,19 +155,26 @@ public:
       cursor = 0;
     }
     const std::vector<int64_t> &order = permutation(epoch, shuffle, seed);
+    const int64_t *picked = order.data() + cursor + rank_;
     for (const std::string &name : inputs_) {
       const HostArray &a = arrays_.at(name);
       size_t sampleBytes = a.bytes.size() / static_cast<size_t>(samples_);
-      HostArray batch;
-      batch.type = a.type;
-      batch.shape = a.shape;
-      batch.shape[0] = batch_;
-      batch.bytes.resize(sampleBytes * batch_);
-      for (int64_t i = 0; i < batch_; ++i)
-        std::memcpy(batch.bytes.data() + i * sampleBytes,
-                    a.bytes.data() + order[cursor + rank_ + i * ranks_] * sampleBytes,
-                    sampleBytes);
-      if (!session.feed(program, name, batch, path_, error))
+      std::vector<int64_t> shape = a.shape;
+      shape[0] = batch_;
+      // Samples that follow each other in the data set (no shuffling, one
+      // rank) are copied as one run; the batch is written straight into the
+      // backend's input buffer where it has one (CUDA: pinned memory).
+      auto fill = [&](uint8_t *dst) {
+        for (int64_t i = 0; i < batch_;) {
+          int64_t run = 1;
+          while (i + run < batch_ && picked[(i + run) * ranks_] == picked[i * ranks_] + run)
+            ++run;
+          std::memcpy(dst + i * sampleBytes, a.bytes.data() + picked[i * ranks_] * sampleBytes,
+                      sampleBytes * run);
+          i += run;
+        }
+      };
+      if (!session.feedWith(program, name, a.type, shape, fill, scratch_[name], path_, error))
         return false;
     }
     cursor += global;
@@ -200,6 +207,9 @@ private:
 
   std::string path_;
   std::map<std::string, HostArray> arrays_;
+  /// Each input's batch when the backend has no input buffer, kept between
+  /// steps.
+  std::map<std::string, HostArray> scratch_;
   std::vector<std::string> inputs_;
   int64_t samples_ = -1, batch_ = 0;
   int rank_ = 0, ranks_ = 1;

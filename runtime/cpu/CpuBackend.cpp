@@ -197,6 +197,15 @@ public:
     return true;
   }
 
+  /// The tensor itself: run() is synchronous, so nothing reads it meanwhile.
+  void *inputBuffer(int tensor, size_t bytes, std::string &error) override {
+    error.clear();
+    return checkTransfer(tensor, bytes, error) ? ptr_[tensor] : nullptr;
+  }
+  bool commitInput(int tensor, size_t bytes, std::string &error) override {
+    return checkTransfer(tensor, bytes, error);
+  }
+
   bool read(int tensor, void *dst, size_t bytes, std::string &error) override {
     if (!checkTransfer(tensor, bytes, error))
       return false;

@@ -375,12 +375,37 @@ public:
                    "writing '" + plan_.tensors(tensor).name() + "'", error) &&
              synchronize(error);
     }
-    Staged &s = staged_[it->second];
-    // The pinned buffer is reused once its previous copy is done; the staging
-    // buffer once the last run has moved it into the arena.
-    if (!check(cudaEventSynchronize(s.ready), "cudaEventSynchronize", error))
+    void *pinned = inputBuffer(tensor, bytes, error);
+    if (!pinned)
       return false;
-    std::memcpy(s.pinned, src, bytes);
+    std::memcpy(pinned, src, bytes);
+    return commitInput(tensor, bytes, error);
+  }
+
+  /// The input's pinned buffer, once its previous copy is done.
+  void *inputBuffer(int tensor, size_t bytes, std::string &error) override {
+    error.clear();
+    auto it = stagedIndex_.find(tensor);
+    if (it == stagedIndex_.end() || !checkTransfer(tensor, bytes, error))
+      return nullptr;
+    Staged &s = staged_[it->second];
+    if (!check(cudaEventSynchronize(s.ready), "cudaEventSynchronize", error))
+      return nullptr;
+    return s.pinned;
+  }
+
+  /// Copies the pinned buffer into the staging buffer on the copy stream,
+  /// once the last run has moved the staging buffer's previous value into
+  /// the arena.
+  bool commitInput(int tensor, size_t bytes, std::string &error) override {
+    auto it = stagedIndex_.find(tensor);
+    if (it == stagedIndex_.end()) {
+      error = "tensor " + std::to_string(tensor) + " is not a program input";
+      return false;
+    }
+    if (!checkTransfer(tensor, bytes, error))
+      return false;
+    Staged &s = staged_[it->second];
     if (!check(cudaStreamWaitEvent(copy_, s.free, 0), "cudaStreamWaitEvent", error) ||
         !check(cudaMemcpyAsync(s.staging, s.pinned, bytes, cudaMemcpyHostToDevice, copy_),
                "copying input '" + plan_.tensors(tensor).name() + "'", error) ||

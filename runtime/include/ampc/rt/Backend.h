@@ -31,6 +31,24 @@ public:
   virtual bool write(int tensor, const void *src, size_t bytes, std::string &error) = 0;
   virtual bool read(int tensor, void *dst, size_t bytes, std::string &error) = 0;
 
+  /// Host memory in which the next value of program input `tensor` (`bytes`
+  /// long) may be assembled in place, saving write()'s copy of it: the CUDA
+  /// backend's pinned staging buffer, once its previous copy is done. Null
+  /// with `error` empty when the backend has none (then write() is the way),
+  /// null with `error` set on failure. commitInput() then sends it.
+  virtual void *inputBuffer(int tensor, size_t bytes, std::string &error) {
+    (void)tensor;
+    (void)bytes;
+    error.clear();
+    return nullptr;
+  }
+  virtual bool commitInput(int tensor, size_t bytes, std::string &error) {
+    (void)tensor;
+    (void)bytes;
+    error = "this backend has no input buffers";
+    return false;
+  }
+
   /// Waits for queued work (asynchronous backends).
   virtual bool synchronize(std::string &error) { return true; }
 };

@@ -13,6 +13,7 @@
 
 #include "plan.pb.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,14 @@ public:
   /// match (errors name the input and both types). `what` names the source.
   bool feed(int program, const std::string &name, const HostArray &a, const std::string &what,
             std::string &error);
+  /// The same for an array of `type` and `shape` that `fill` writes (all of
+  /// its bytes) into the memory it is given: the backend's input buffer when
+  /// it has one (no copy: the CUDA backend's pinned staging), else `scratch`,
+  /// which is then written; keeping `scratch` between calls saves its
+  /// allocation.
+  bool feedWith(int program, const std::string &name, ElemType type,
+                const std::vector<int64_t> &shape, const std::function<void(uint8_t *)> &fill,
+                HostArray &scratch, const std::string &what, std::string &error);
   /// Inputs of the program that have no feed yet and no default.
   std::vector<std::string> missingFeeds(int program) const;
   bool run(int program, std::string &error);
@@ -72,6 +81,12 @@ public:
 
 private:
   Session() = default;
+
+  /// The tensor of program input `name`, checked against `type` and `shape`;
+  /// -1 with `error` set when there is no such input or they differ.
+  int inputTensor(int program, const std::string &name, ElemType type,
+                  const std::vector<int64_t> &shape, const std::string &got,
+                  const std::string &what, std::string &error) const;
 
   plan::Plan plan_;
   /// The file the plan came from ("the plan" when built in memory), for errors.

@@ -336,6 +336,17 @@ Generator intsIn(int64_t lo, int64_t hi) {
   };
 }
 
+/// Values drawn from [0.5, 2]: variances, inverse standard deviations, weights.
+Generator positiveValues() {
+  return [](const TensorType &t, std::mt19937_64 &rng) {
+    std::uniform_real_distribution<double> u(0.5, 2);
+    std::vector<double> v(t.numElements());
+    for (double &x : v)
+      x = u(rng);
+    return Tensor::fromDoubles(t, v);
+  };
+}
+
 /// `T` in the model text stands for the element type under test.
 std::string substitute(const std::string &text, const char *name) {
   std::string out;
@@ -832,13 +843,7 @@ TEST(CudaRowKernels, LayerNormOverLongRows) {
     })",
               {{"x", largeNegative(4, 300)}}, 1e-4);
     // The statistics fed, so that the gradient is checked on its own.
-    Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
-      std::uniform_real_distribution<double> u(0.5, 2);
-      std::vector<double> v(t.numElements());
-      for (double &x : v)
-        x = u(rng);
-      return Tensor::fromDoubles(t, v);
-    };
+    Generator positive = positiveValues();
     compareOp("LayerNormalizationGrad" + shape,
               header(true) + "g (T" + shape + " dy, T" + shape + " x, T" + param +
                   " s, T[3,1] m, T[3,1] r) => (T" + shape + " dx, T" + param + " ds, T" +
@@ -913,13 +918,7 @@ TEST(CudaRowKernels, ColumnSumsInChunks) {
   ASSERT_EQ(ks.size(), 2u); // 31 chunks of 33 rows (1000 / 32 chunks at most), then the combine
   EXPECT_EQ(ks[0].threads, 31 * 37);
   EXPECT_EQ(ks[1].threads, 37);
-  Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
-    std::uniform_real_distribution<double> u(0.5, 2);
-    std::vector<double> v(t.numElements());
-    for (double &x : v)
-      x = u(rng);
-    return Tensor::fromDoubles(t, v);
-  };
+  Generator positive = positiveValues();
   const char *lnGrad = R"(g (T[300,40] dy, T[300,40] x, T[40] s, T[300,1] m, T[300,1] r) => (T[300,40] dx, T[40] ds, T[40] db) {
       dx, ds, db = ampc.LayerNormalizationGrad <axis = -1> (dy, x, s, m, r)
     })";
@@ -994,13 +993,7 @@ TEST(CudaRowKernels, CrossEntropyOverLongRows) {
 }
 
 TEST(CudaRowKernels, BatchNormStatisticsPerChannel) {
-  Generator positive = [](const TensorType &t, std::mt19937_64 &rng) {
-    std::uniform_real_distribution<double> u(0.5, 2);
-    std::vector<double> v(t.numElements());
-    for (double &x : v)
-      x = u(rng);
-    return Tensor::fromDoubles(t, v);
-  };
+  Generator positive = positiveValues();
   // Channels of 2 x 25 (a warp; samples' segments not chunk-aligned), 8 x 256
   // (a warp) and 16 x 576 elements (a block per chunk of 8 samples: 2 chunks).
   for (const char *shape : {"[2,3,5,5]", "[8,4,16,16]", "[16,2,24,24]"}) {

@@ -66,7 +66,7 @@ inline constexpr int64_t kFillThreads = int64_t(1) << 17;
 inline constexpr int64_t kMinColumnChunk = 32;
 inline constexpr int64_t kMaxColumnChunks = 1024;
 inline int64_t columnChunk(int64_t outputs, int64_t count) {
-  if (count < 2 * kMinColumnChunk || outputs >= kFillThreads)
+  if (count < 2 * kMinColumnChunk || outputs < 1 || outputs >= kFillThreads)
     return count < 1 ? 1 : count;
   int64_t chunks = (kFillThreads + outputs - 1) / outputs;
   if (chunks > count / kMinColumnChunk)

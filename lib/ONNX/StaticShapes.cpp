@@ -229,6 +229,11 @@ llvm::Error completeStaticShapes(onnx::ModelProto &model) {
   if (!hasUnknownTypes(model.graph()))
     return llvm::Error::success();
   onnx::ModelProto work = model;
+  // ONNX 1.12's convolution inference reads the weight's spatial dims past
+  // a lower-rank input's end (a crash found by fuzzing: an input whose shape
+  // only partial evaluation reveals); with an explicit kernel_shape it
+  // reports the mismatch instead. `work` is a scratch copy: nothing to undo.
+  makeConvKernelShapesExplicit(*work.mutable_graph());
   PartialEvaluator evaluator(work);
   for (int i = 0; i < kMaxRounds; ++i) {
     auto progress = evaluator.round();

@@ -60,13 +60,15 @@ std::string safeFileName(const std::string &name) {
 
 namespace {
 
-std::string arrayType(const HostArray &a) {
-  std::string s = elemName(a.type);
+/// "float32[2,3]"
+std::string arrayType(ElemType type, const std::vector<int64_t> &shape) {
+  std::string s = elemName(type);
   s += "[";
-  for (size_t i = 0; i < a.shape.size(); ++i)
-    s += (i ? "," : "") + std::to_string(a.shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? "," : "") + std::to_string(shape[i]);
   return s + "]";
 }
+std::string arrayType(const HostArray &a) { return arrayType(a.type, a.shape); }
 
 bool makeDirs(const std::string &dir, std::string &error) {
   std::string path;
@@ -152,8 +154,8 @@ int Session::program(const std::string &name) const {
 }
 
 int Session::inputTensor(int program, const std::string &name, ElemType type,
-                         const std::vector<int64_t> &shape, const std::string &got,
-                         const std::string &what, std::string &error) const {
+                         const std::vector<int64_t> &shape, const std::string &what,
+                         std::string &error) const {
   for (const plan::Binding &b : plan_.programs(program).inputs()) {
     if (b.name() != name)
       continue;
@@ -161,7 +163,7 @@ int Session::inputTensor(int program, const std::string &name, ElemType type,
     std::vector<int64_t> want(t.shape().begin(), t.shape().end());
     if (type != elemTypeOf(t.type()) || shape != want) {
       error = what + ": input '" + name + "' expects " + typeString(t.type(), want) + ", got " +
-              got;
+              arrayType(type, shape);
       return -1;
     }
     return b.tensor();
@@ -176,7 +178,7 @@ int Session::inputTensor(int program, const std::string &name, ElemType type,
 
 bool Session::feed(int program, const std::string &name, const HostArray &a,
                    const std::string &what, std::string &error) {
-  int tensor = inputTensor(program, name, a.type, a.shape, arrayType(a), what, error);
+  int tensor = inputTensor(program, name, a.type, a.shape, what, error);
   if (tensor < 0 || !backend_->write(tensor, a.bytes.data(), a.bytes.size(), error))
     return false;
   fed_[program][name] = true;
@@ -187,9 +189,7 @@ bool Session::feedWith(int program, const std::string &name, ElemType type,
                        const std::vector<int64_t> &shape,
                        const std::function<void(uint8_t *)> &fill, HostArray &scratch,
                        const std::string &what, std::string &error) {
-  scratch.type = type;
-  scratch.shape = shape;
-  int tensor = inputTensor(program, name, type, shape, arrayType(scratch), what, error);
+  int tensor = inputTensor(program, name, type, shape, what, error);
   if (tensor < 0)
     return false;
   size_t bytes = planTensorBytes(plan_.tensors(tensor));
@@ -200,6 +200,8 @@ bool Session::feedWith(int program, const std::string &name, ElemType type,
   } else {
     if (!error.empty())
       return false;
+    scratch.type = type;
+    scratch.shape = shape;
     scratch.bytes.resize(bytes); // reused: no allocation, no page faults
     fill(scratch.bytes.data());
     if (!backend_->write(tensor, scratch.bytes.data(), bytes, error))

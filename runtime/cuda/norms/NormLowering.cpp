@@ -269,25 +269,27 @@ bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
     b.phase = ph;
     kernel(KernelKind::BatchNorm, b, threads);
   };
-  const bool chunkRows = lanes && b.chunks > 1;
-  auto rows = [&](BatchNormArgs::Phase ph) {
-    b.lanes = chunkRows ? rowLanes(b.chunk) : lanes;
-    phase(ph, chunkRows ? b.C * b.chunks : b.C);
+  // A row launch per channel (Stats, GradStats), or partial sums per
+  // (channel, chunk) -- row launches when the chunks are whole samples, a
+  // thread per chunk otherwise -- that a thread per channel combines.
+  const bool channelRows = lanes && b.chunks == 1;
+  auto channels = [&](BatchNormArgs::Phase ph) {
+    b.lanes = lanes;
+    phase(ph, b.C);
     b.lanes = 0;
   };
-  if (b.training && lanes && !chunkRows) {
-    rows(BatchNormArgs::Stats);
+  auto chunkSums = [&](BatchNormArgs::Phase ph) {
+    b.lanes = lanes ? rowLanes(b.chunk) : 0;
+    phase(ph, b.C * b.chunks);
+    b.lanes = 0;
+  };
+  if (b.training && channelRows) {
+    channels(BatchNormArgs::Stats);
   } else {
     if (b.training) {
-      auto sums = [&](BatchNormArgs::Phase ph) {
-        if (chunkRows)
-          rows(ph);
-        else
-          phase(ph, b.C * b.chunks);
-      };
-      sums(BatchNormArgs::SumX);
+      chunkSums(BatchNormArgs::SumX);
       phase(BatchNormArgs::Mean, b.C);
-      sums(BatchNormArgs::SumSqDiff);
+      chunkSums(BatchNormArgs::SumSqDiff);
     }
     phase(BatchNormArgs::Variance, b.C);
   }
@@ -296,13 +298,10 @@ bool StepLowering::lowerBatchNorm(bool grad, std::string &error) {
       phase(BatchNormArgs::Apply, x.numel);
     return true;
   }
-  if (lanes && !chunkRows) {
-    rows(BatchNormArgs::GradStats);
+  if (channelRows) {
+    channels(BatchNormArgs::GradStats);
   } else {
-    if (chunkRows)
-      rows(BatchNormArgs::SumGrad);
-    else
-      phase(BatchNormArgs::SumGrad, b.C * b.chunks);
+    chunkSums(BatchNormArgs::SumGrad);
     phase(BatchNormArgs::CombineGrad, b.C);
   }
   if (y.present())

@@ -85,8 +85,8 @@ private:
   /// The tensor of program input `name`, checked against `type` and `shape`;
   /// -1 with `error` set when there is no such input or they differ.
   int inputTensor(int program, const std::string &name, ElemType type,
-                  const std::vector<int64_t> &shape, const std::string &got,
-                  const std::string &what, std::string &error) const;
+                  const std::vector<int64_t> &shape, const std::string &what,
+                  std::string &error) const;
 
   plan::Plan plan_;
   /// The file the plan came from ("the plan" when built in memory), for errors.

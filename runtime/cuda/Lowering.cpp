@@ -143,6 +143,30 @@ void addCopy(std::vector<int64_t> shape, std::vector<int64_t> srcStrides,
   }
 }
 
+void widenCopy(CopyArgs &c) {
+  if (c.rank < 1 || c.rank > kMaxRank)
+    return;
+  const int last = c.rank - 1;
+  if (c.srcStrides[last] != 1 || c.dstStrides[last] != 1)
+    return;
+  for (int bytes = 16; bytes > c.elemBytes; bytes /= 2) {
+    const int64_t f = bytes / c.elemBytes;
+    bool ok = c.shape[last] % f == 0 && reinterpret_cast<uintptr_t>(c.src) % bytes == 0 &&
+              reinterpret_cast<uintptr_t>(c.dst) % bytes == 0;
+    for (int d = 0; d < last && ok; ++d)
+      ok = c.srcStrides[d] % f == 0 && c.dstStrides[d] % f == 0;
+    if (!ok)
+      continue;
+    c.shape[last] /= f;
+    for (int d = 0; d < last; ++d) {
+      c.srcStrides[d] /= f;
+      c.dstStrides[d] /= f;
+    }
+    c.elemBytes = bytes;
+    return;
+  }
+}
+
 bool sameFloatTypes(const std::vector<Operand> &ops, const Operand &y, std::string &error) {
   if (!isFloat(y.type)) {
     error = "expects float, float16 or bfloat16 results, got " + argString(y);

@@ -436,6 +436,86 @@ TEST(CudaEmulation, FusedChainsWithBroadcasting) {
     })");
 }
 
+/// Floats that probe every rounding decision of fp32 -> fp16: each half's
+/// value, the midpoint to the next half (ties to even) and the floats either
+/// side of it, overflow's threshold, subnormals, infinities and NaN.
+std::vector<float> halfRoundingProbes() {
+  std::vector<float> v;
+  for (uint32_t h = 0; h < 0x7C00u; ++h) {
+    float lo = rt::math::halfToFloat(static_cast<uint16_t>(h));
+    float hi = h + 1 < 0x7C00u ? rt::math::halfToFloat(static_cast<uint16_t>(h + 1)) : 65520.0f;
+    float mid = static_cast<float>((double(lo) + double(hi)) / 2);
+    for (float x : {lo, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+      v.push_back(x);
+      v.push_back(-x);
+    }
+  }
+  for (float x : {1e6f, 3e38f, INFINITY, -INFINITY, NAN, -NAN, 1e-30f, 1e-40f, -1e-45f})
+    v.push_back(x);
+  return v;
+}
+
+/// Every fp16 and bf16 bit pattern to fp32, and halfRoundingProbes to fp16
+/// and bf16, on a backend against the CPU's kernels, bit for bit.
+void compareStorageConversions(const BackendFactory &other) {
+  std::vector<float> probes = halfRoundingProbes();
+  int64_t n = static_cast<int64_t>(probes.size());
+  std::string n16 = std::to_string(n);
+  std::string text = header() + "g (float[" + n16 + "] a, float16[65536] h, bfloat16[65536] b) => "
+                     "(float16[" + n16 + "] ah, bfloat16[" + n16 + "] ab, float[65536] hf, "
+                     "float[65536] bf) {\n  ah = Cast <to = 10> (a)\n  ab = Cast <to = 16> (a)\n"
+                     "  hf = Cast <to = 1> (h)\n  bf = Cast <to = 1> (b)\n}";
+  auto g = importModelText(text, "conversions");
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  auto p = lowerToPlan(**g, {});
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  std::vector<uint16_t> patterns(65536);
+  for (uint32_t k = 0; k < 65536; ++k)
+    patterns[k] = static_cast<uint16_t>(k);
+  std::map<std::string, Tensor> feeds;
+  feeds["a"] = Tensor::fromBytes(TensorType(DType::F32, {n}), probes.data(), probes.size() * 4);
+  feeds["h"] = Tensor::fromBytes(TensorType(DType::F16, {65536}), patterns.data(), 65536 * 2);
+  feeds["b"] = Tensor::fromBytes(TensorType(DType::BF16, {65536}), patterns.data(), 65536 * 2);
+  std::vector<rt::HostArray> cpu, dev;
+  if (!runOnce(*p, cpuBackend, feeds, cpu) || !runOnce(*p, other, feeds, dev))
+    return;
+  ASSERT_EQ(cpu.size(), dev.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    ASSERT_EQ(cpu[i].bytes.size(), dev[i].bytes.size());
+    size_t width = cpu[i].bytes.size() / cpu[i].numElements();
+    for (size_t b = 0; b < cpu[i].bytes.size(); b += width)
+      ASSERT_EQ(0, std::memcmp(&cpu[i].bytes[b], &dev[i].bytes[b], width))
+          << "output " << p->programs(0).outputs(i).name() << ", element " << b / width;
+  }
+}
+
+TEST(CudaEmulation, StorageConversionsAreTheCpus) { compareStorageConversions(emulatorBackend); }
+
+/// AllFinite over more inputs than one launch takes and more flags than one
+/// combine folds, with one non-finite element moved between its inputs.
+void compareAllFinite(const BackendFactory &other) {
+  std::string sig, args;
+  for (int k = 0; k < 40; ++k) {
+    std::string len = std::to_string(k == 7 ? 700000 : 3 + 97 * k);
+    sig += (k ? ", T[" : "T[") + len + "] x" + std::to_string(k);
+    args += (k ? ", x" : "x") + std::to_string(k);
+  }
+  std::string model = header(true) + "g (" + sig + ") => (bool ok) { ok = ampc.AllFinite (" + args + ") }";
+  for (int bad : {-1, 0, 7, 39}) {
+    SCOPED_TRACE("non-finite element in input " + std::to_string(bad));
+    std::map<std::string, Generator> gens;
+    if (bad >= 0)
+      gens["x" + std::to_string(bad)] = [](const TensorType &t, std::mt19937_64 &) {
+        std::vector<double> v(t.numElements(), 0.5);
+        v[v.size() - 1 - v.size() / 3] = INFINITY;
+        return Tensor::fromDoubles(t, v);
+      };
+    compareOp("allfinite", model, gens, 0, other);
+  }
+}
+
+TEST(CudaEmulation, AllFiniteOverManyInputs) { compareAllFinite(emulatorBackend); }
+
 /// Elementwise steps the lowering left unfused (fusion off).
 TEST(CudaEmulation, UnfusedElementwiseSteps) {
   const char *model = R"(g (T[4,5] a, T[5] b, T[4,1] c) => (T[4,5] y, float[4,5] z, T[4,5] w) {
@@ -492,6 +572,11 @@ TEST(CudaEmulation, MatMulAndGemm) {
 TEST(CudaEmulation, DataMovement) {
   compareOp("Transpose", header() + "g (T[2,3,4,5] a) => (T[4,2,5,3] y) { y = Transpose <perm = [2,0,3,1]> (a) }");
   compareOp("Transpose", header() + "g (T[6,7] a) => (T[7,6] y) { y = Transpose(a) }");
+  // Attention's head split: the innermost dim stays contiguous, so each
+  // thread copies 16 bytes (8 or 4 when the rows are narrower).
+  compareOp("Transpose-wide", header() + "g (T[3,4,5,16] a) => (T[3,5,4,16] y) { y = Transpose <perm = [0,2,1,3]> (a) }");
+  compareOp("Transpose-wide", header() + "g (T[3,4,5,6] a) => (T[3,5,4,6] y) { y = Transpose <perm = [0,2,1,3]> (a) }");
+  compareOp("Concat-wide", header() + "g (T[2,3,8] a, T[2,5,8] b) => (T[2,8,8] y) { y = Concat <axis = 1> (a, b) }");
   compareOp("Concat", header() + "g (T[2,3,4] a, T[2,5,4] b) => (T[2,8,4] y) { y = Concat <axis = 1> (a, b) }");
   compareOp("Split", header() + R"(g (T[2,9,4] a) => (T[2,3,4] x, T[2,6,4] y) <int64[2] s = {3, 6}> {
       x, y = Split <axis = 1> (a, s)
@@ -709,7 +794,7 @@ std::vector<rcuda::Launch> kernelLaunches(const std::string &model) {
   EXPECT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
   if (!p)
     return {};
-  static uint8_t fake[64];
+  alignas(64) static uint8_t fake[64];
   rcuda::DeviceMemory mem{[](int) { return static_cast<void *>(fake); }, fake};
   std::vector<rcuda::Launch> launches, kernels;
   size_t ws = 0;
@@ -731,6 +816,32 @@ Generator largeNegative(double scale, double offset) {
       x = offset + scale * u(rng);
     return Tensor::fromDoubles(t, v);
   };
+}
+
+/// Copies move 16 bytes a thread (else 8 or 4) where the innermost dim is
+/// contiguous on both sides, and an element a thread where it is not.
+TEST(CudaEmulation, CopiesWidenWhereRowsAreContiguous) {
+  struct Case {
+    const char *model;
+    int bytes;
+    int64_t threads;
+  } cases[] = {
+      {"g (float16[3,4,5,16] a) => (float16[3,5,4,16] y) { y = Transpose <perm = [0,2,1,3]> (a) }",
+       16, 3 * 5 * 4 * 2},
+      {"g (float16[3,4,5,6] a) => (float16[3,5,4,6] y) { y = Transpose <perm = [0,2,1,3]> (a) }", 4,
+       3 * 5 * 4 * 3},
+      {"g (float[3,4,5,6] a) => (float[3,5,4,6] y) { y = Transpose <perm = [0,2,1,3]> (a) }", 8,
+       3 * 5 * 4 * 3},
+      {"g (float16[6,8] a) => (float16[8,6] y) { y = Transpose(a) }", 2, 48},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.model);
+    auto ks = kernelLaunches(header() + c.model);
+    ASSERT_EQ(ks.size(), 1u);
+    ASSERT_EQ(ks[0].kernel, rcuda::KernelKind::Copy);
+    EXPECT_EQ(ks[0].as<rcuda::CopyArgs>().elemBytes, c.bytes);
+    EXPECT_EQ(ks[0].threads, c.threads);
+  }
 }
 
 TEST(CudaRowKernels, LaunchShapes) {
@@ -1648,6 +1759,28 @@ TEST(CudaDevice, CudnnConvolutionsMatchTheCpu) {
         return b;
       },
       "cuda im2col", "cnn");
+}
+
+std::unique_ptr<rt::Backend> deviceBackend() {
+  std::string error;
+  auto b = rt::createCudaBackend({}, error);
+  EXPECT_TRUE(b) << error;
+  return b;
+}
+
+/// The device's fp16 conversions (hardware instructions) are the CPU's.
+TEST(CudaDevice, StorageConversionsAreTheCpus) {
+  std::string why;
+  if (!rt::cudaAvailable(why))
+    GTEST_SKIP() << "no CUDA device available (" << why << ")";
+  compareStorageConversions(deviceBackend);
+}
+
+TEST(CudaDevice, AllFiniteOverManyInputs) {
+  std::string why;
+  if (!rt::cudaAvailable(why))
+    GTEST_SKIP() << "no CUDA device available (" << why << ")";
+  compareAllFinite(deviceBackend);
 }
 
 TEST(CudaDevice, MemoryLimitRefusesThePlan) {

@@ -157,8 +157,9 @@ struct GatherArgs {
   int64_t n = 0, dim = 0, inner = 1;
 
   static AMPC_HD void run(const GatherArgs &a, int64_t i) {
-    int64_t r = i / a.inner, e = i - r * a.inner;
-    int64_t o = r / a.n, j = r - o * a.n;
+    int64_t e, j;
+    int64_t r = math::indexDivMod(i, a.inner, e);
+    int64_t o = math::indexDivMod(r, a.n, j);
     int64_t k = loadIndex(a.indexType, a.indices, j);
     if (k < 0)
       k += a.dim;

@@ -38,9 +38,10 @@ bool StepLowering::copyKernel(const std::vector<int64_t> &shape,
     error = "rank above " + std::to_string(kMaxRank);
     return false;
   }
+  widenCopy(c);
   int64_t numel = 1;
-  for (int64_t d : shape)
-    numel *= d;
+  for (int d = 0; d < c.rank; ++d)
+    numel *= c.shape[d];
   kernel(KernelKind::Copy, c, numel);
   return true;
 }

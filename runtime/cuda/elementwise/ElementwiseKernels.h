@@ -77,10 +77,10 @@ struct CopyArgs {
   static AMPC_HD void run(const CopyArgs &a, int64_t i) {
     int64_t s = 0, d = 0;
     for (int k = a.rank - 1; k >= 0; --k) {
-      int64_t q = i / a.shape[k], x = i - q * a.shape[k];
+      int64_t x;
+      i = math::indexDivMod(i, a.shape[k], x);
       s += x * a.srcStrides[k];
       d += x * a.dstStrides[k];
-      i = q;
     }
     copyElement(a.elemBytes, a.src, s, a.dst, d, true);
   }

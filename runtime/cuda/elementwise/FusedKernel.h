@@ -49,9 +49,9 @@ struct FusedKernelArgs {
 AMPC_FUSED_FN int64_t fusedOffset(const FusedKernelArgs &a, int k, int64_t i) {
   int64_t off = 0;
   for (int d = a.rank - 1; d >= 0; --d) {
-    int64_t q = i / a.shape[d];
-    off += (i - q * a.shape[d]) * a.strides[k][d];
-    i = q;
+    int64_t rem;
+    i = math::indexDivMod(i, a.shape[d], rem);
+    off += rem * a.strides[k][d];
   }
   return off;
 }

@@ -14,18 +14,23 @@ namespace ampc::rt::cuda {
 // ampc.AllFinite
 //===----------------------------------------------------------------------===//
 
-/// Phase 0: thread per chunk of every input (inputs laid end to end), writes
-/// flags[first + chunk] = 1 when the chunk is finite. Phase 1: one thread
-/// ANDs flags[0, total) into the bool result.
+/// Phase 0 (Check): each input t gets ceil(n / chunk) threads; its thread l
+/// checks elements l, l + threads, l + 2 threads, ... (a warp reads adjacent
+/// elements) and writes flags[flagBase + firstChunk[t] + l] = 1 when all of
+/// them are finite. Phase 1 (Combine): thread k ANDs flags[k span, (k + 1)
+/// span) into out[k]; one launch folds the flags into one per 1024, a last
+/// one-thread launch folds those into the bool result.
 struct AllFiniteArgs {
   static constexpr int kMaxInputs = 32;
+  static constexpr int64_t kChunk = 256, kSpan = 1024;
+  enum Phase : uint8_t { Check, Combine };
   int count = 0;
-  uint8_t phase = 0;
+  uint8_t phase = Check;
   const void *p[kMaxInputs] = {};
   uint8_t type[kMaxInputs] = {};
   int64_t n[kMaxInputs] = {};
   int64_t firstChunk[kMaxInputs + 1] = {}; ///< relative to flagBase
-  int64_t chunk = 1 << 14, flagBase = 0, totalFlags = 0;
+  int64_t flagBase = 0, totalFlags = 0, span = kSpan;
   uint8_t *flags = nullptr, *out = nullptr;
 
   static AMPC_HD bool finite(uint8_t type, const void *p, int64_t i) {
@@ -44,20 +49,21 @@ struct AllFiniteArgs {
   }
 
   static AMPC_HD void run(const AllFiniteArgs &a, int64_t i) {
-    if (a.phase == 1) {
+    if (a.phase == Combine) {
+      int64_t begin = i * a.span;
+      int64_t end = begin + a.span < a.totalFlags ? begin + a.span : a.totalFlags;
       uint8_t ok = 1;
-      for (int64_t k = 0; k < a.totalFlags; ++k)
+      for (int64_t k = begin; k < end; ++k)
         ok &= a.flags[k];
-      *a.out = ok;
+      a.out[i] = ok;
       return;
     }
     int t = 0;
     while (t + 1 < a.count && a.firstChunk[t + 1] <= i)
       ++t;
-    int64_t begin = (i - a.firstChunk[t]) * a.chunk;
-    int64_t end = begin + a.chunk < a.n[t] ? begin + a.chunk : a.n[t];
+    int64_t threads = a.firstChunk[t + 1] - a.firstChunk[t];
     uint8_t ok = 1;
-    for (int64_t j = begin; j < end; ++j)
+    for (int64_t j = i - a.firstChunk[t]; j < a.n[t]; j += threads)
       ok &= finite(a.type[t], a.p[t], j) ? 1 : 0;
     a.flags[a.flagBase + i] = ok;
   }

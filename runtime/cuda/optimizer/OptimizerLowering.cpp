@@ -30,16 +30,14 @@ bool StepLowering::lowerAllFinite(std::string &error) {
       inputs.push_back(t);
   }
   AllFiniteArgs a;
+  auto threadsFor = [](int64_t n) { return (n + AllFiniteArgs::kChunk - 1) / AllFiniteArgs::kChunk; };
   int64_t total = 0;
   for (const Operand &t : inputs)
-    total += (t.numel + a.chunk - 1) / a.chunk;
+    total += threadsFor(t.numel);
   a.flags = ws_.alloc<uint8_t>(total);
-  a.out = static_cast<uint8_t *>(out.p);
-  a.totalFlags = total;
   int64_t base = 0;
   for (size_t first = 0; first < inputs.size(); first += AllFiniteArgs::kMaxInputs) {
     AllFiniteArgs part = a;
-    part.phase = 0;
     part.flagBase = base;
     part.count = static_cast<int>(std::min<size_t>(AllFiniteArgs::kMaxInputs, inputs.size() - first));
     int64_t chunks = 0;
@@ -49,14 +47,27 @@ bool StepLowering::lowerAllFinite(std::string &error) {
       part.type[k] = t.type;
       part.n[k] = t.numel;
       part.firstChunk[k] = chunks;
-      chunks += (t.numel + a.chunk - 1) / a.chunk;
+      chunks += threadsFor(t.numel);
     }
     part.firstChunk[part.count] = chunks;
     kernel(KernelKind::AllFinite, part, chunks);
     base += chunks;
   }
-  a.phase = 1;
-  kernel(KernelKind::AllFinite, a, 1);
+  // Fold the flags a span at a time until one launch of one thread writes the result.
+  AllFiniteArgs fold;
+  fold.phase = AllFiniteArgs::Combine;
+  fold.flags = a.flags;
+  fold.totalFlags = total;
+  while (fold.totalFlags > AllFiniteArgs::kSpan) {
+    int64_t partials = (fold.totalFlags + AllFiniteArgs::kSpan - 1) / AllFiniteArgs::kSpan;
+    fold.out = ws_.alloc<uint8_t>(partials);
+    kernel(KernelKind::AllFinite, fold, partials);
+    fold.flags = fold.out;
+    fold.totalFlags = partials;
+  }
+  fold.span = std::max<int64_t>(fold.totalFlags, 1);
+  fold.out = static_cast<uint8_t *>(out.p);
+  kernel(KernelKind::AllFinite, fold, 1);
   return true;
 }
 

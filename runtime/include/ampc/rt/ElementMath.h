@@ -44,8 +44,34 @@ AMPC_HD float bitsFloat(uint32_t u) {
 #endif
 }
 
+/// i / n, with i - (i / n) n in `rem`, for an index i >= 0 and extent n > 0.
+/// On the GPU in 32 bits when both fit: there a 64-bit division is a long
+/// software routine, and offsets of strided operands divide once per dimension.
+AMPC_HD int64_t indexDivMod(int64_t i, int64_t n, int64_t &rem) {
+#ifdef __CUDA_ARCH__
+  if (((i | n) >> 32) == 0) {
+    uint32_t q = static_cast<uint32_t>(i) / static_cast<uint32_t>(n);
+    rem = static_cast<int64_t>(static_cast<uint32_t>(i) - q * static_cast<uint32_t>(n));
+    return q;
+  }
+#endif
+  int64_t q = i / n;
+  rem = i - q * n;
+  return q;
+}
+
 /// fp32 -> fp16 bits, round to nearest even; overflow to inf, NaN stays NaN.
 AMPC_HD uint16_t floatToHalf(float f) {
+#ifdef __CUDA_ARCH__
+  // The GPU's conversion rounds to nearest even as the code below does, in one
+  // instruction instead of branches; only NaN differs (it writes 0x7FFF), so
+  // NaN keeps this function's bits.
+  uint32_t bits = floatBits(f);
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  uint16_t nan = static_cast<uint16_t>(((bits >> 16) & 0x8000u) | 0x7E00u);
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? nan : static_cast<uint16_t>(h);
+#else
   uint32_t x = floatBits(f);
   uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t absx = x & 0x7FFFFFFFu;
@@ -69,9 +95,18 @@ AMPC_HD uint16_t floatToHalf(float f) {
   // Normal: rebias the exponent and round the mantissa from 23 to 10 bits.
   uint32_t rounded = absx + 0xFFFu + ((absx >> 13) & 1u);
   return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+#endif
 }
 
 AMPC_HD float halfToFloat(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  // Exact in hardware; NaN keeps its payload as below.
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(h)));
+  uint32_t nan = (static_cast<uint32_t>(h & 0x8000u) << 16) | 0x7F800000u |
+                 (static_cast<uint32_t>(h & 0x3FFu) << 13);
+  return (h & 0x7FFFu) > 0x7C00u ? bitsFloat(nan) : f;
+#else
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
   if (exp == 0x1F)
@@ -84,6 +119,7 @@ AMPC_HD float halfToFloat(uint16_t h) {
     return sign ? -v : v;
   }
   return bitsFloat(sign | ((exp + 112u) << 23) | (mant << 13));
+#endif
 }
 
 /// fp32 -> bf16 bits, round to nearest even; NaN stays (quiet) NaN.

@@ -84,12 +84,11 @@ int fusedKernelWidth(const FusedArgs &f) {
     int b = fusedElemBytes(type);
     narrowest = narrowest == 0 || b < narrowest ? b : narrowest;
   };
-  for (int k = 0; k < f.numInputs; ++k) {
-    if (f.in[k].kind == FusedArgs::Strided)
-      return 1;
+  // Strided inputs (a broadcast bias, a per-row scale) load element by
+  // element at offsets a group shares; they do not set the width.
+  for (int k = 0; k < f.numInputs; ++k)
     if (f.in[k].kind == FusedArgs::Contiguous)
       see(f.in[k].type);
-  }
   for (int o = 0; o < f.numOutputs; ++o)
     if (present(f, o))
       see(f.out[o].type);
@@ -188,6 +187,13 @@ std::string fusedKernelSource(const FusedArgs &f) {
              "], 0);");
         continue;
       }
+      if (in.kind == FusedArgs::Strided) {
+        // The group lies in one row of the result (the launch checks it):
+        // its elements are the first's offset plus e times the last stride.
+        line("  const int64_t o" + num(k) + " = fusedOffset(a, " + num(k) + ", i0);");
+        line("  const int64_t d" + num(k) + " = a.strides[" + num(k) + "][a.rank - 1];");
+        continue;
+      }
       std::string bytes = num(width * fusedElemBytes(in.type));
       line("  alignas(16) unsigned char in" + num(k) + "[" + bytes + "];");
       line("  fusedCopyBytes<" + bytes + ">(in" + num(k) +
@@ -203,9 +209,12 @@ std::string fusedKernelSource(const FusedArgs &f) {
     line("    R x[" + num(numIn) + "];");
     for (int k = 0; k < f.numInputs; ++k)
       line("    x[" + num(k) + "] = " +
-           (f.in[k].kind == FusedArgs::Scalar
-                ? "s" + num(k)
-                : "fusedLoad<R>(" + num(f.in[k].type) + ", in" + num(k) + ", e)") +
+           (f.in[k].kind == FusedArgs::Scalar    ? "s" + num(k)
+            : f.in[k].kind == FusedArgs::Strided ? "fusedLoad<R>(" + num(f.in[k].type) + ", a.in[" +
+                                                       num(k) + "], o" + num(k) + " + e * d" +
+                                                       num(k) + ")"
+                                                 : "fusedLoad<R>(" + num(f.in[k].type) + ", in" +
+                                                       num(k) + ", e)") +
            ";");
     line("    R y[" + num(numOut) + "];");
     line("    program(x, y, a.zero);");
@@ -264,6 +273,11 @@ FusedKernelArgs fusedKernelArgs(const FusedArgs &f, int64_t elements, int64_t &t
     if (present(f, o))
       check(f.out[o].p, f.out[o].type);
   }
+  // Strided inputs find a group's elements from its first one's offset: a
+  // group must not cross a row of the result.
+  for (int i = 0; i < f.numInputs; ++i)
+    if (f.in[i].kind == FusedArgs::Strided)
+      aligned = aligned && f.rank >= 1 && f.shape[f.rank - 1] % width == 0;
   k.vector = aligned ? 1 : 0;
   threads = aligned ? (elements + width - 1) / width : elements;
   return k;

@@ -30,7 +30,9 @@ bool StepLowering::lowerAllFinite(std::string &error) {
       inputs.push_back(t);
   }
   AllFiniteArgs a;
-  auto threadsFor = [](int64_t n) { return (n + AllFiniteArgs::kChunk - 1) / AllFiniteArgs::kChunk; };
+  auto threadsFor = [](int64_t n) {
+    return (n + AllFiniteArgs::kChunk - 1) / AllFiniteArgs::kChunk;
+  };
   int64_t total = 0;
   for (const Operand &t : inputs)
     total += threadsFor(t.numel);

@@ -1019,6 +1019,37 @@ TEST(CudaRowKernels, ReductionsOverTrailingAxes) {
 /// (chunk of rows, column), then a combine in chunk order; the loss's
 /// reduction is one row launch. Each is checked against the CPU, and so is
 /// its launch shape.
+/// A bias gradient's [batch, seq, features] -> [features]: the two reduced
+/// axes merge into one of batch x seq rows (offsets by a multiply, loads four
+/// at a time, a remainder of 3 here), and the kept axes around a reduced one
+/// stay apart; the sums are the CPU's within rounding, each op and type.
+TEST(CudaRowKernels, ColumnReductionsMergeAdjacentAxes) {
+  compareOp("ReduceSum-bias-gradient", header() + R"(g (T[5,7,6] a) => (T[1,1,6] y) <int64[2] ax = {0, 1}> {
+      y = ReduceSum(a, ax)
+    })", {}, 1e-4);
+  for (const char *op : {"ReduceMax", "ReduceLogSumExp", "ReduceSumSquare", "ReduceMean"})
+    compareOp(std::string(op) + "-merged", header() + R"(g (T[3,9,2,4] a) => (T[1,1,2,1] y) {
+      y = )" + op + R"( <axes = [0, 1, 3]> (a)
+    })", {}, 1e-4);
+  auto ks = kernelLaunches(header() + R"(g (float[5,7,6] a) => (float[1,1,6] y) <int64[2] ax = {0, 1}> {
+      y = ReduceSum(a, ax)
+    })");
+  ASSERT_FALSE(ks.empty()); // chunks of the 35 rows, then their combine
+  const auto &r = ks[0].as<rcuda::ReduceArgs>();
+  EXPECT_EQ(r.redRank, 1);
+  EXPECT_EQ(r.redShape[0], 35);
+  EXPECT_EQ(r.redStrides[0], 6);
+  EXPECT_EQ(r.keptRank, 1);
+  ks = kernelLaunches(header() + R"(g (float[3,9,2,4] a) => (float[1,1,2,1] y) <int64[3] ax = {0, 1, 3}> {
+      y = ReduceSum(a, ax)
+    })");
+  ASSERT_FALSE(ks.empty());
+  const auto &q = ks[0].as<rcuda::ReduceArgs>();
+  EXPECT_EQ(q.redRank, 2); // [27 rows, stride 8] and [4, stride 1]: not adjacent
+  EXPECT_EQ(q.redShape[0], 27);
+  EXPECT_EQ(q.redStrides[0], 8);
+}
+
 TEST(CudaRowKernels, ColumnSumsInChunks) {
   compareOp("ReduceSum-columns", header() + R"(g (T[1000,37] a) => (T[1,37] y) <int64[1] ax = {0}> {
       y = ReduceSum(a, ax)

@@ -139,12 +139,30 @@ struct ReduceArgs {
       storeFromFloat(a.dstType, a.dst, i, finish(a, acc, i));
       return;
     }
-    int64_t c = i / a.outputs, o = i - c * a.outputs;
-    int64_t base = stridedOffset(a.keptRank, a.keptShape, a.keptStrides, o);
-    int64_t begin = c * a.chunk, end = begin + a.chunk < a.count ? begin + a.chunk : a.count;
-    float shift = a.shift ? shiftOf(a, o) : 0.0f;
+    int64_t o;
+    const int64_t c = math::indexDivMod(i, a.outputs, o);
+    const int64_t base = stridedOffset(a.keptRank, a.keptShape, a.keptStrides, o);
+    const int64_t begin = c * a.chunk;
+    const int64_t end = begin + a.chunk < a.count ? begin + a.chunk : a.count;
+    const float shift = a.shift ? shiftOf(a, o) : 0.0f;
     float acc = init(a.op);
-    for (int64_t j = begin; j < end; ++j)
+    int64_t j = begin;
+    if (a.redRank == 1) {
+      // One reduced axis (adjacent ones merge): offsets by a multiply; four
+      // loads issued before their four combines, in order, so that a thread
+      // has several loads in flight and the sum is the same as one by one.
+      const int64_t step = a.redStrides[0];
+      for (; j + 4 <= end; j += 4) {
+        float v[4];
+        AMPC_UNROLL
+        for (int k = 0; k < 4; ++k)
+          v[k] = loadAsFloat(a.srcType, a.src, base + (j + k) * step);
+        AMPC_UNROLL
+        for (int k = 0; k < 4; ++k)
+          acc = combine(a.op, acc, v[k] - shift);
+      }
+    }
+    for (; j < end; ++j)
       acc = combine(a.op, acc,
                     loadAsFloat(a.srcType, a.src,
                                 base + stridedOffset(a.redRank, a.redShape, a.redStrides, j)) -

@@ -34,19 +34,28 @@ void StepLowering::reduce(const Operand &src, const std::vector<bool> &reduced, 
   std::vector<int64_t> st = stridesOf(src.shape);
   int64_t outputs = 1;
   bool trailing = true; // no kept axis after a reduced one
+  int lastKind = -1;     // the previous axis of size above 1: 1 reduced, 0 kept
   for (size_t d = 0; d < src.shape.size(); ++d) {
     if (src.shape[d] == 1)
       continue;
     trailing = trailing && (reduced[d] || r.redRank == 0);
-    if (reduced[d]) {
-      r.redShape[r.redRank] = src.shape[d];
-      r.redStrides[r.redRank++] = st[d];
-      r.count *= src.shape[d];
+    // Axes next to one of their kind merge (row-major order, so the element
+    // order and the sums' bits stay the same): the bias gradient's
+    // [batch, seq, features] -> [features] reads one axis of batch x seq
+    // rows, one multiply an element instead of a division per axis.
+    const int kind = reduced[d] ? 1 : 0;
+    int &rank = kind ? r.redRank : r.keptRank;
+    int64_t *shape = kind ? r.redShape : r.keptShape;
+    int64_t *strides = kind ? r.redStrides : r.keptStrides;
+    if (lastKind == kind) {
+      shape[rank - 1] *= src.shape[d];
+      strides[rank - 1] = st[d];
     } else {
-      r.keptShape[r.keptRank] = src.shape[d];
-      r.keptStrides[r.keptRank++] = st[d];
-      outputs *= src.shape[d];
+      shape[rank] = src.shape[d];
+      strides[rank++] = st[d];
     }
+    lastKind = kind;
+    (kind ? r.count : outputs) *= src.shape[d];
   }
   // Contiguous rows: a warp or a block per result; a few very long rows
   // keep the chunked form below, which spreads each over many blocks.

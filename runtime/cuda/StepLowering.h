@@ -79,17 +79,15 @@ inline std::string argString(const Operand &o) {
   return s + "]";
 }
 
-/// Fills a strided copy; dims of size 1 are dropped. Rank above kMaxRank
-/// leaves c.rank = kMaxRank + 1 (callers report it).
-void addCopy(std::vector<int64_t> shape, std::vector<int64_t> srcStrides,
-             std::vector<int64_t> dstStrides, const void *src, void *dst, int elemBytes,
-             CopyArgs &c);
-
-/// Where the innermost dim is contiguous on both sides and the pointers and
-/// strides allow, copies 16 (else 8 or 4) bytes a thread instead of one
-/// element: a thread per 2-byte element leaves most of the memory system idle.
-/// The launch then has the product of c.shape threads.
-void widenCopy(CopyArgs &c);
+/// Fills a strided copy and returns its launch's thread count; dims of size
+/// 1 are dropped, and where the innermost dim is contiguous on both sides and
+/// the pointers and strides allow, a thread copies 16 (else 8 or 4) bytes
+/// instead of one element (a thread per 2-byte element leaves most of the
+/// memory system idle). Rank above kMaxRank leaves c.rank = kMaxRank + 1 and
+/// returns 0 (callers report it).
+int64_t addCopy(std::vector<int64_t> shape, std::vector<int64_t> srcStrides,
+                std::vector<int64_t> dstStrides, const void *src, void *dst, int elemBytes,
+                CopyArgs &c);
 
 /// False (with the message) unless y is a float type and every present
 /// operand has y's type.

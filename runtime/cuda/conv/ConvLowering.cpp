@@ -388,9 +388,9 @@ bool StepLowering::lowerConvGrad(std::string &error) {
     int64_t nbc = std::min(nb, d.N - n0), cols = nbc * d.P;
     // dyT[c][nn][p] = dY[n0 + nn][c][p].
     CopyArgs cp;
-    addCopy({d.M, nbc, d.P}, {d.P, d.M * d.P, 1}, {cols, d.P, 1}, dy.at(n0 * d.M * d.P), dyT,
-            static_cast<int>(es), cp);
-    kernel(KernelKind::Copy, cp, d.M * cols);
+    int64_t threads = addCopy({d.M, nbc, d.P}, {d.P, d.M * d.P, 1}, {cols, d.P, 1},
+                              dy.at(n0 * d.M * d.P), dyT, static_cast<int>(es), cp);
+    kernel(KernelKind::Copy, cp, threads);
     if (dw.present()) {
       ConvArgs im;
       im.mode = ConvArgs::Im2Col;

@@ -33,16 +33,13 @@ bool StepLowering::copyKernel(const std::vector<int64_t> &shape,
                               const std::vector<int64_t> &dstStrides, const void *src, void *dst,
                               size_t elemBytes, std::string &error) {
   CopyArgs c;
-  addCopy(shape, srcStrides, dstStrides, src, dst, static_cast<int>(elemBytes), c);
+  int64_t threads =
+      addCopy(shape, srcStrides, dstStrides, src, dst, static_cast<int>(elemBytes), c);
   if (c.rank > kMaxRank) {
     error = "rank above " + std::to_string(kMaxRank);
     return false;
   }
-  widenCopy(c);
-  int64_t numel = 1;
-  for (int d = 0; d < c.rank; ++d)
-    numel *= c.shape[d];
-  kernel(KernelKind::Copy, c, numel);
+  kernel(KernelKind::Copy, c, threads);
   return true;
 }
 

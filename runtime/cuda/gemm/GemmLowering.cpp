@@ -144,9 +144,9 @@ bool StepLowering::lowerGemm(std::string &error) {
       return false;
     }
     CopyArgs cp;
-    addCopy({M, N}, {cs[0] == 1 ? 0 : cs[1], cs[1] == 1 ? 0 : 1}, {N, 1}, c.p, y.p,
-            static_cast<int>(y.elemBytes()), cp);
-    kernel(KernelKind::Copy, cp, M * N);
+    int64_t threads = addCopy({M, N}, {cs[0] == 1 ? 0 : cs[1], cs[1] == 1 ? 0 : 1}, {N, 1}, c.p,
+                              y.p, static_cast<int>(y.elemBytes()), cp);
+    kernel(KernelKind::Copy, cp, threads);
   } else {
     beta = 0;
   }

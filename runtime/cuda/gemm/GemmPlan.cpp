@@ -158,8 +158,9 @@ bool expandGemmEpilogue(const Launch &l, std::vector<Launch> &out, std::string &
     }
     // C[b][j][i] = bias[i], then the GEMM adds the product to it.
     CopyArgs c;
-    addCopy({g.batch, g.n, g.m}, {0, 0, 1}, {g.strideC, g.ldc, 1}, g.bias, g.C, elem, c);
-    Launch copy = Launch::kernelOf(KernelKind::Copy, c, g.batch * g.n * g.m);
+    int64_t threads =
+        addCopy({g.batch, g.n, g.m}, {0, 0, 1}, {g.strideC, g.ldc, 1}, g.bias, g.C, elem, c);
+    Launch copy = Launch::kernelOf(KernelKind::Copy, c, threads);
     copy.step = l.step;
     out.push_back(copy);
     g.beta = 1;

@@ -136,7 +136,9 @@ protected:
     bind(call, arg, want, nullptr, true, staged);
     DnnlCall r;
     const dnnl::memory::desc &src = output ? want : plain, &dst = output ? plain : want;
-    r.prim = dnnl::reorder(dnnl::reorder::primitive_desc(dnnlEngine(), src, dnnlEngine(), dst));
+    r.channelReorder = ChannelBlockReorder::match(src, dst);
+    if (!r.channelReorder)
+      r.prim = dnnl::reorder(dnnl::reorder::primitive_desc(dnnlEngine(), src, dnnlEngine(), dst));
     bind(r, output ? DNNL_ARG_DST : DNNL_ARG_SRC, plain, data, inScratch, off);
     bind(r, output ? DNNL_ARG_SRC : DNNL_ARG_DST, want, nullptr, true, staged);
     std::vector<DnnlCall> &list = output ? after_ : before_;

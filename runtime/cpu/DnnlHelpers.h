@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ChannelBlockReorder.h"
 #include "KernelHelpers.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -71,10 +72,16 @@ struct DnnlCall {
   std::unordered_map<int, dnnl::memory> args;
   /// (argument, scratch offset) pairs re-pointed before every execution.
   std::vector<std::pair<int, size_t>> scratchArgs;
+  /// A reorder between the plain and the channel-blocked layout runs as
+  /// this instead of `prim` (from args' SRC to DST).
+  std::optional<ChannelBlockReorder> channelReorder;
 
   void execute(dnnl::stream &s, uint8_t *scratch) {
     for (auto &[arg, off] : scratchArgs)
       args[arg].set_data_handle(scratch + off);
+    if (channelReorder)
+      return channelReorder->run(args[DNNL_ARG_SRC].get_data_handle(),
+                                 args[DNNL_ARG_DST].get_data_handle());
     prim.execute(s, args);
   }
 };

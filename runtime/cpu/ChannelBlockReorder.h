@@ -1,0 +1,37 @@
+//===- ChannelBlockReorder.h - NCHW <-> channel blocks of 16 ---*- C++ -*-===//
+//
+// The reorders a convolution runs every step between a plain [N, C, spatial]
+// activation and oneDNN's channel-blocked layout (aBcd16b: [N, C/16, spatial,
+// 16]; channels-last is the same bytes when C is 16). Within one block of 16
+// channels this is a transpose of a 16 x S matrix, which this file does by
+// 16 x 16 transposes in AVX2 registers, about 3x as fast as oneDNN 2.6's
+// generic reorder for bf16 (docs/benchmarks.md; fp32 stays with oneDNN). Pure data movement: the
+// bytes are oneDNN's (test/unit/ChannelBlockReorderTest.cpp).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstdint>
+#include <optional>
+
+namespace ampc::rt::cpu {
+
+struct ChannelBlockReorder {
+  int64_t N = 0, C = 0, S = 0; ///< S: the product of the spatial dims
+  bool toBlocked = true;       ///< plain -> blocked, else blocked -> plain
+
+  /// The reorder from `src` to `dst` when one is the plain layout of their
+  /// dims and the other the channel-blocked one, their type 16-bit (bf16),
+  /// C a multiple of 16, and the CPU has AVX2; nothing otherwise (oneDNN's
+  /// reorder then runs).
+  static std::optional<ChannelBlockReorder> match(const dnnl::memory::desc &src,
+                                                  const dnnl::memory::desc &dst);
+
+  /// Moves every block, split over the OpenMP threads (those oneDNN's
+  /// primitives run on, set by the kernel before it executes).
+  void run(const void *src, void *dst) const;
+};
+
+} // namespace ampc::rt::cpu

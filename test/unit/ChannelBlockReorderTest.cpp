@@ -1,0 +1,116 @@
+//===- ChannelBlockReorderTest.cpp - the convolutions' own reorders -------===//
+//
+// runtime/cpu/ChannelBlockReorder moves activations between the plain layout
+// and oneDNN's channel blocks of 16 in place of oneDNN's reorder: it must
+// write oneDNN's bytes, for every rank, type, channel count and spatial size
+// (whole tiles of 16 and 32 positions, and the positions after them), and
+// decline every other pair of layouts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "ChannelBlockReorder.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+using namespace ampc::rt::cpu;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+namespace {
+
+dnnl::engine &engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::memory::desc plain(const dnnl::memory::dims &dims, dt type) {
+  dnnl::memory::dims strides(dims.size());
+  int64_t s = 1;
+  for (size_t d = dims.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= dims[d];
+  }
+  return dnnl::memory::desc(dims, type, strides);
+}
+
+tag blockedTag(size_t rank) {
+  return rank == 3 ? tag::aBc16b : rank == 4 ? tag::aBcd16b : tag::aBcde16b;
+}
+tag channelsLastTag(size_t rank) { return rank == 3 ? tag::acb : rank == 4 ? tag::acdb : tag::acdeb; }
+
+/// Runs oneDNN's reorder and ours from `src` to `dst` on the same distinct
+/// bytes, and compares what they wrote.
+void expectSameAsOneDnn(const dnnl::memory::desc &src, const dnnl::memory::desc &dst,
+                        const std::string &what) {
+  auto ours = ChannelBlockReorder::match(src, dst);
+  ASSERT_TRUE(ours) << what;
+  size_t bytes = src.get_size();
+  ASSERT_EQ(bytes, dst.get_size()) << what;
+  std::vector<uint8_t> in(bytes), theirs(bytes, 0xAB), mine(bytes, 0xCD);
+  for (size_t i = 0; i < bytes; ++i)
+    in[i] = static_cast<uint8_t>(i * 131 + (i >> 8) * 7 + (i >> 16));
+  dnnl::stream stream(engine());
+  dnnl::memory srcMem(src, engine(), in.data()), dstMem(dst, engine(), theirs.data());
+  dnnl::reorder(srcMem, dstMem).execute(stream, srcMem, dstMem);
+  stream.wait();
+  ours->run(in.data(), mine.data());
+  EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes)) << what;
+}
+
+} // namespace
+
+/// Both directions, ranks 3 to 5, 16 to 48 channels, and spatial sizes from
+/// 1 to past several whole tiles with a remainder (bf16: the only type it
+/// moves).
+TEST(ChannelBlockReorder, WritesOneDnnsBytes) {
+  const std::vector<dnnl::memory::dims> spatials = {{1},     {7},     {16},    {31},    {32},
+                                                    {33},    {100},   {4, 4},  {7, 7},
+                                                    {8, 8},  {5, 13}, {2, 3, 5}, {4, 4, 4}};
+  const dt type = dt::bf16;
+  for (int64_t n : {1, 3})
+      for (int64_t c : {16, 32, 48})
+        for (const auto &sp : spatials) {
+          dnnl::memory::dims dims{n, c};
+          dims.insert(dims.end(), sp.begin(), sp.end());
+          auto p = plain(dims, type);
+          dnnl::memory::desc b(dims, type, blockedTag(dims.size()));
+          std::string what = std::to_string(n) + "x" +
+                             std::to_string(c) + " rank " + std::to_string(dims.size()) +
+                             " spatial " + std::to_string(p.get_size());
+          expectSameAsOneDnn(p, b, what + " to blocked");
+          expectSameAsOneDnn(b, p, what + " from blocked");
+          if (c == 16) { // channels last is the same bytes
+            dnnl::memory::desc cl(dims, type, channelsLastTag(dims.size()));
+            expectSameAsOneDnn(p, cl, what + " to channels last");
+            expectSameAsOneDnn(cl, p, what + " from channels last");
+          }
+        }
+}
+
+/// Layouts it does not move are left to oneDNN.
+TEST(ChannelBlockReorder, DeclinesOtherLayouts) {
+  dnnl::memory::dims dims{2, 32, 8, 8};
+  auto p = plain(dims, dt::bf16);
+  // fp32 stays with oneDNN (the same transposes were no faster).
+  EXPECT_FALSE(ChannelBlockReorder::match(plain(dims, dt::f32),
+                                          dnnl::memory::desc(dims, dt::f32, tag::aBcd16b)));
+  // Channels not a multiple of 16 (oneDNN pads the last block).
+  dnnl::memory::dims odd{2, 24, 8, 8};
+  EXPECT_FALSE(ChannelBlockReorder::match(plain(odd, dt::bf16),
+                                          dnnl::memory::desc(odd, dt::bf16, tag::aBcd16b)));
+  // Channels last with more than 16 channels is not the blocked layout.
+  EXPECT_FALSE(ChannelBlockReorder::match(p, dnnl::memory::desc(dims, dt::bf16, tag::acdb)));
+  // Blocks of 8, weights-style double blocking, plain to plain.
+  EXPECT_FALSE(ChannelBlockReorder::match(p, dnnl::memory::desc(dims, dt::bf16, tag::aBcd8b)));
+  EXPECT_FALSE(ChannelBlockReorder::match(p, dnnl::memory::desc(dims, dt::bf16, tag::ABcd16b16a)));
+  EXPECT_FALSE(ChannelBlockReorder::match(p, p));
+  // A change of type is a conversion, not a move.
+  EXPECT_FALSE(ChannelBlockReorder::match(p, dnnl::memory::desc(dims, dt::f16, tag::aBcd16b)));
+  // Rank 2 (a GEMM's operand, here transposed).
+  dnnl::memory::dims mat{32, 32};
+  EXPECT_FALSE(ChannelBlockReorder::match(plain(mat, dt::bf16),
+                                          dnnl::memory::desc(mat, dt::bf16, tag::ba)));
+}

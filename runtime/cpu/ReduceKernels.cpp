@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace ampc::rt::cpu {
 
@@ -162,6 +163,62 @@ template <Red R> float combine(float a, float part) {
     return a + part;
 }
 
+/// Shape B over fp32 or bf16 storage: acc[i] = step(acc[i], x[base + ro + i])
+/// for each reduced offset ro in order, read in place (bf16 widened as it is
+/// read, exactly), so each column adds its rows in the order the portable
+/// loop does: the same bits. Built twice, like the normalizations' row loops
+/// (NormKernels.cpp): the AVX-512 build vectorizes the columns 16 wide.
+template <Red R, typename T>
+inline __attribute__((always_inline)) void accumulateRows(float *acc, const T *x,
+                                                          const std::vector<int64_t> &roffs,
+                                                          int64_t n) {
+  for (int64_t ro : roffs) {
+    const T *v = x + ro;
+    for (int64_t i = 0; i < n; ++i) {
+      float f;
+      if constexpr (std::is_same_v<T, uint16_t>) {
+        uint32_t u = static_cast<uint32_t>(v[i]) << 16;
+        std::memcpy(&f, &u, 4);
+      } else {
+        f = v[i];
+      }
+      acc[i] = Op<R>::step(acc[i], f);
+    }
+  }
+}
+template <Red R>
+inline __attribute__((always_inline)) void accumulateColumnsImpl(float *acc, const TensorArg &x,
+                                                                 int64_t base,
+                                                                 const std::vector<int64_t> &roffs,
+                                                                 int64_t n) {
+  if (x.type == plan::BF16)
+    accumulateRows<R>(acc, static_cast<const uint16_t *>(x.data) + base, roffs, n);
+  else
+    accumulateRows<R>(acc, static_cast<const float *>(x.data) + base, roffs, n);
+}
+template <Red R>
+void accumulateColumnsBaseline(float *acc, const TensorArg &x, int64_t base,
+                               const std::vector<int64_t> &roffs, int64_t n) {
+  accumulateColumnsImpl<R>(acc, x, base, roffs, n);
+}
+#if defined(__x86_64__) && defined(__GNUC__)
+template <Red R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void
+accumulateColumnsAvx512(float *acc, const TensorArg &x, int64_t base,
+                        const std::vector<int64_t> &roffs, int64_t n) {
+  accumulateColumnsImpl<R>(acc, x, base, roffs, n);
+}
+#endif
+template <Red R>
+void accumulateColumns(float *acc, const TensorArg &x, int64_t base,
+                       const std::vector<int64_t> &roffs, int64_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (useAvx512())
+    return accumulateColumnsAvx512<R>(acc, x, base, roffs, n);
+#endif
+  accumulateColumnsBaseline<R>(acc, x, base, roffs, n);
+}
+
 /// The fp32 reduction; `shift` (LogSumExp) holds each result's maximum.
 template <Red R>
 void reduceFloat(ThreadPool &pool, const ReducePlan &p, const TensorArg &x, const TensorArg &y,
@@ -195,16 +252,19 @@ void reduceFloat(ThreadPool &pool, const ReducePlan &p, const TensorArg &x, cons
       int64_t base = p.baseOf(r) + c0, o = r * p.inner + c0;
       for (int64_t i = 0; i < n; ++i)
         acc[i] = R == Red::LogSumExp ? 0.0f : Op<R>::init();
-      for (int64_t ro : p.roffs) {
-        const float *v = rowIn(x, base + ro, n, buf);
-        if constexpr (R == Red::LogSumExp) {
-          for (int64_t i = 0; i < n; ++i)
-            acc[i] += std::exp(v[i] - shift[o + i]);
-        } else {
-          for (int64_t i = 0; i < n; ++i)
-            acc[i] = Op<R>::step(acc[i], v[i]);
+      if (R != Red::LogSumExp && (x.type == plan::F32 || x.type == plan::BF16))
+        accumulateColumns<R>(acc, x, base, p.roffs, n);
+      else
+        for (int64_t ro : p.roffs) {
+          const float *v = rowIn(x, base + ro, n, buf);
+          if constexpr (R == Red::LogSumExp) {
+            for (int64_t i = 0; i < n; ++i)
+              acc[i] += std::exp(v[i] - shift[o + i]);
+          } else {
+            for (int64_t i = 0; i < n; ++i)
+              acc[i] = Op<R>::step(acc[i], v[i]);
+          }
         }
-      }
       for (int64_t i = 0; i < n; ++i) {
         float v = Op<R>::finish(acc[i], p.count, shift ? shift[o + i] : 0.0f);
         if (outF32)

@@ -30,8 +30,13 @@ struct ChannelBlockReorder {
                                                   const dnnl::memory::desc &dst);
 
   /// Moves every block, split over the OpenMP threads (those oneDNN's
-  /// primitives run on, set by the kernel before it executes).
+  /// primitives run on, set by the kernel before it executes), in the
+  /// AVX-512VL build where useAvx512() says so (32 vector registers: no
+  /// spills), else the AVX2 one; the same bytes either way.
   void run(const void *src, void *dst) const;
+  /// run() with the build chosen by the caller (tests compare both; the
+  /// AVX-512 one needs a CPU with AVX-512 F, VL and BW).
+  void runWith(bool avx512, const void *src, void *dst) const;
 };
 
 } // namespace ampc::rt::cpu

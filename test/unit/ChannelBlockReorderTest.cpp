@@ -9,9 +9,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "ChannelBlockReorder.h"
+#include "KernelHelpers.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -56,8 +58,15 @@ void expectSameAsOneDnn(const dnnl::memory::desc &src, const dnnl::memory::desc 
   dnnl::memory srcMem(src, engine(), in.data()), dstMem(dst, engine(), theirs.data());
   dnnl::reorder(srcMem, dstMem).execute(stream, srcMem, dstMem);
   stream.wait();
-  ours->run(in.data(), mine.data());
-  EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes)) << what;
+  // Both builds: AVX2, and AVX-512VL where this CPU has it.
+  for (bool avx512 : {false, true}) {
+    if (avx512 && !useAvx512())
+      continue;
+    std::fill(mine.begin(), mine.end(), 0xCD);
+    ours->runWith(avx512, in.data(), mine.data());
+    EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes))
+        << what << (avx512 ? " (AVX-512 build)" : " (AVX2 build)");
+  }
 }
 
 } // namespace

@@ -2,10 +2,11 @@
 //
 // One block of 16 channels of one image is a 16 x S matrix in the plain
 // layout (a row per channel) and an S x 16 one in the blocked layout (a row
-// per position), so each direction is a transpose of 16-bit elements:
+// per position), so each direction is a transpose. 16-bit elements (bf16):
 // pairs of rows interleaved make 32-bit units, which two 8 x 8 transposes
-// of 32-bit elements put in place. Positions past the last whole tile of 16
-// move one by one.
+// of 32-bit elements put in place (AVX2). 32-bit elements (fp32): one
+// 16 x 16 transpose in AVX-512 registers, a 64-byte row in and out each.
+// Positions past the last whole tile of 16 move one by one.
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,8 +73,8 @@ AMPC_AVX2_INLINE void transpose16x16(const uint16_t *src, ptrdiff_t ss, __m256 l
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i)
     r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i * ss));
-  // Rows 2i and 2i+1 interleaved: a 32-bit unit per column, columns 0-3
-  // and 8-11 in lo (unpack works within 128-bit lanes), 4-7 and 12-15 in hi.
+    // Rows 2i and 2i+1 interleaved: a 32-bit unit per column, columns 0-3
+    // and 8-11 in lo (unpack works within 128-bit lanes), 4-7 and 12-15 in hi.
 #pragma GCC unroll 16
   for (int i = 0; i < 8; ++i) {
     lo[i] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]));
@@ -119,6 +120,72 @@ AMPC_AVX2_INLINE void block16(const uint16_t *src, uint16_t *dst, int64_t S, boo
     tile16<1>(src + p * kBlock, kBlock, dst + p, S);
   transposeScalar(src + p * kBlock, kBlock, dst + p, S, S - p, kBlock);
 }
+
+#define AMPC_AVX512_INLINE                                                                         \
+  __attribute__((target("avx2,avx512f,avx512vl,avx512bw"), always_inline)) inline
+
+// GCC 12 reports the AVX-512 intrinsics' own undefined merge operand
+// (_mm512_undefined_ps) as "may be used uninitialized" once inlined here.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+/// Transposes the 16 x 16 matrix of 32-bit elements held one row a register
+/// (within 128-bit lanes, then across them).
+AMPC_AVX512_INLINE void transpose16x16(__m512 r[16]) {
+  __m512 t[16], u[16], v[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < 2; ++i)
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; ++m) {
+      v[8 * i + m] = _mm512_shuffle_f32x4(u[8 * i + m], u[8 * i + m + 4], 0x88);
+      v[8 * i + m + 4] = _mm512_shuffle_f32x4(u[8 * i + m], u[8 * i + m + 4], 0xDD);
+    }
+#pragma GCC unroll 16
+  for (int m = 0; m < 8; ++m) {
+    r[m] = _mm512_shuffle_f32x4(v[m], v[m + 8], 0x88);
+    r[m + 8] = _mm512_shuffle_f32x4(v[m], v[m + 8], 0xDD);
+  }
+}
+
+/// dst[j * ds + i] = src[i * ss + j] for i, j < 16 (32-bit elements).
+AMPC_AVX512_INLINE void tile32(const float *src, ptrdiff_t ss, float *dst, ptrdiff_t ds) {
+  __m512 r[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    r[i] = _mm512_loadu_ps(src + i * ss);
+  transpose16x16(r);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i)
+    _mm512_storeu_ps(dst + i * ds, r[i]);
+}
+
+/// Block of 32-bit elements: 16 x S (plain) <-> S x 16 (blocked).
+__attribute__((target("avx2,avx512f,avx512vl,avx512bw"))) void
+block32Avx512(const float *src, float *dst, int64_t S, bool toBlocked) {
+  int64_t p = 0;
+  if (toBlocked) {
+    for (; p + 16 <= S; p += 16)
+      tile32(src + p, S, dst + p * kBlock, kBlock);
+    transposeScalar(src + p, S, dst + p * kBlock, kBlock, kBlock, S - p);
+    return;
+  }
+  for (; p + 16 <= S; p += 16)
+    tile32(src + p * kBlock, kBlock, dst + p, S);
+  transposeScalar(src + p * kBlock, kBlock, dst + p, S, S - p, kBlock);
+}
+#pragma GCC diagnostic pop
 
 AMPC_AVX2 void block16Avx2(const uint16_t *src, uint16_t *dst, int64_t S, bool toBlocked) {
   block16(src, dst, S, toBlocked);
@@ -185,12 +252,13 @@ std::optional<ChannelBlockReorder> ChannelBlockReorder::match(const dnnl::memory
                                                               const dnnl::memory::desc &dst) {
   if (!haveAvx2() || src.dims() != dst.dims() || src.data_type() != dst.data_type())
     return std::nullopt;
-  // 16-bit elements only: for fp32 (twice the bytes, half the elements
-  // a register) the same transposes were no faster than oneDNN's reorder
-  // (docs/benchmarks.md).
-  if (dnnl::memory::data_type_size(src.data_type()) != 2)
+  // 16-bit elements; 32-bit ones only with AVX-512 (in AVX2 registers the
+  // fp32 transposes were no faster than oneDNN's reorder, docs/benchmarks.md).
+  size_t bytes = dnnl::memory::data_type_size(src.data_type());
+  if (bytes != 2 && !(bytes == 4 && useAvx512()))
     return std::nullopt;
   ChannelBlockReorder r;
+  r.elemBytes = bytes;
   if (isPlain(src) && isChannelBlocked(dst))
     r.toBlocked = true;
   else if (isChannelBlocked(src) && isPlain(dst))
@@ -206,15 +274,21 @@ std::optional<ChannelBlockReorder> ChannelBlockReorder::match(const dnnl::memory
   return r;
 }
 
-void ChannelBlockReorder::run(const void *src, void *dst) const {
-  runWith(useAvx512(), src, dst);
-}
+void ChannelBlockReorder::run(const void *src, void *dst) const { runWith(useAvx512(), src, dst); }
 
 void ChannelBlockReorder::runWith(bool avx512, const void *src, void *dst) const {
 #ifdef AMPC_X86
   const int64_t blocks = N * (C / kBlock), blockElems = kBlock * S;
   // Block b of the blocked layout is channels 16 (b % (C/16)) .. of image
   // b / (C/16): in the plain layout too it starts at element b * 16 * S.
+  if (elemBytes == 4) {
+    // match() took fp32 only with AVX-512.
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b)
+      block32Avx512(static_cast<const float *>(src) + b * blockElems,
+                    static_cast<float *>(dst) + b * blockElems, S, toBlocked);
+    return;
+  }
   auto *block = avx512 ? block16Avx512 : block16Avx2;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b)

@@ -662,7 +662,7 @@ std::unique_ptr<Kernel> createPad(const StepContext &ctx, std::string &error) {
     }
     before[a] = pads[i];
   }
-  math::PadMode mode;
+  math::PadMode mode = math::PadMode::Constant; // set by padModeByName
   if (!math::padModeByName(ctx.attrString("mode", "constant"), mode)) {
     error = "unknown mode '" + ctx.attrString("mode", "constant") + "'";
     return nullptr;

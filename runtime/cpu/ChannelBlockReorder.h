@@ -5,7 +5,7 @@
 // 16]; channels-last is the same bytes when C is 16). Within one block of 16
 // channels this is a transpose of a 16 x S matrix, which this file does by
 // 16 x 16 transposes in vector registers, about 3x as fast as oneDNN 2.6's
-// generic reorder for bf16 and 1.2-1.7x for fp32 (docs/benchmarks.md).
+// generic reorder for bf16 and 1.0-1.6x for fp32 (docs/benchmarks.md).
 // Pure data movement: the bytes are oneDNN's (ChannelBlockReorderTest).
 //
 //===----------------------------------------------------------------------===//

@@ -126,8 +126,10 @@ AMPC_AVX2_INLINE void block16(const uint16_t *src, uint16_t *dst, int64_t S, boo
 
 // GCC 12 reports the AVX-512 intrinsics' own undefined merge operand
 // (_mm512_undefined_ps) as "may be used uninitialized" once inlined here.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 /// Transposes the 16 x 16 matrix of 32-bit elements held one row a register
 /// (within 128-bit lanes, then across them).
@@ -185,7 +187,9 @@ block32Avx512(const float *src, float *dst, int64_t S, bool toBlocked) {
     tile32(src + p * kBlock, kBlock, dst + p, S);
   transposeScalar(src + p * kBlock, kBlock, dst + p, S, S - p, kBlock);
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 AMPC_AVX2 void block16Avx2(const uint16_t *src, uint16_t *dst, int64_t S, bool toBlocked) {
   block16(src, dst, S, toBlocked);

@@ -6,6 +6,11 @@ and torch.compile on the same weights, batch, optimizer and thread count, fp32 a
 (torch.autocast on the CPU). Prints a markdown table with the ratios; run through
 bench/peer.sh, which makes the venv with torch from PyPI. The benchmark only: tests never
 need torch.
+
+The host's speed drifts by 20-30% over minutes, so the three are timed in --rounds
+interleaved rounds (ampc, eager, compiled, the order rotating from round to round), each a
+median of --steps steps after --warmup; the table gives each one's median over the rounds and
+the median over the rounds of ampc / best torch within a round.
 """
 import argparse
 import copy
@@ -28,39 +33,60 @@ import ampc  # noqa: E402
 import peer_models  # noqa: E402
 
 
-def torch_step(model, args, precision, compiled, steps, warmup):
-    m = copy.deepcopy(model).train()
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+class TorchRunner:
+    """A copy of the model with its AdamW optimizer (compiled once with torch.compile),
+    timed again and again: the median step of each call, after its warm-up steps."""
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = m(*args)
+    def __init__(self, model, args, precision, compiled):
+        self.m = copy.deepcopy(model).train()
+        self.opt = torch.optim.AdamW(self.m.parameters(), lr=1e-3)
+        self.args, self.precision = args, precision
+        if compiled:
+            self.m = torch.compile(self.m)
+
+    def step(self):
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16"):
+            loss = self.m(*self.args)
         loss.backward()
-        opt.step()
+        self.opt.step()
 
-    if compiled:
-        m = torch.compile(m)
-    times = []
-    for i in range(steps + warmup):
-        t0 = time.perf_counter()
-        step()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    def time(self, steps, warmup):
+        times = []
+        for i in range(steps + warmup):
+            t0 = time.perf_counter()
+            self.step()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
 
 
-def ampc_step(bin_dir, onnx_path, data, precision, threads, steps, warmup, out):
+def ampc_compile(bin_dir, onnx_path, precision, out):
     plan = os.path.join(out, os.path.basename(onnx_path)[:-5] + "." + precision + ".plan")
     subprocess.run([os.path.join(bin_dir, "amp-opt"), onnx_path, "--train", "--optimizer=adamw",
                     "--lr=1e-3", "--precision=" + precision, "-o", plan], check=True,
                    stderr=subprocess.DEVNULL)
+    return plan
+
+
+def ampc_time(bin_dir, plan, data, threads, steps, warmup):
     metrics = plan + ".jsonl"
     subprocess.run([os.path.join(bin_dir, "amp-run"), plan, "--backend=cpu", "--threads",
                     str(threads), "--steps", str(steps + warmup), "--quiet", "--data", data,
                     "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
     rows = [json.loads(line) for line in open(metrics)]
-    return statistics.median(r["seconds"] for r in rows[warmup:]), plan
+    return statistics.median(r["seconds"] for r in rows[warmup:])
+
+
+def interleaved(timers, rounds):
+    """Runs every timer once a round, the order rotating from round to round; returns the
+    list of each one's times."""
+    times = [[] for _ in timers]
+    for r in range(rounds):
+        for k in range(len(timers)):
+            i = (k + r) % len(timers)
+            times[i].append(timers[i]())
+    return times
 
 
 # Operators that run in oneDNN's GEMM and convolution primitives.
@@ -129,12 +155,16 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--models", default=",".join(peer_models.NAMES))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds of ampc, torch eager and torch.compile")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
     bin_dir = os.path.join(args.build, "bin")
-    print("torch %s, %d threads, AdamW, median of %d steps after %d warm-up steps (ms)\n" %
-          (torch.__version__, args.threads, args.steps, args.warmup))
+    print("torch %s, %d threads, AdamW; each: median of %d steps after %d warm-up steps, "
+          "median of %d interleaved rounds (ms); the ratio: median over the rounds of ampc / "
+          "best torch in the round\n" %
+          (torch.__version__, args.threads, args.steps, args.warmup, args.rounds))
     print("| model | precision | ampc | torch eager | torch.compile | ampc / best torch |")
     print("|---|---|---|---|---|---|")
     ampc_ms = {}
@@ -148,19 +178,26 @@ def main():
         data = path[:-5] + ".npz"
         np.savez(data, x=batch[0].numpy(), target=batch[1].numpy())
         for precision in ("fp32", "bf16"):
-            ours, plan = ampc_step(bin_dir, path, data, precision, args.threads, args.steps,
-                                   args.warmup, args.out)
-            ampc_ms[(name, precision)] = ours
-            eager = torch_step(model, batch, precision, False, args.steps, args.warmup)
-            comp = float("nan")
+            plan = ampc_compile(bin_dir, path, precision, args.out)
+            eager_runner = TorchRunner(model, batch, precision, False)
+            timers = [lambda: ampc_time(bin_dir, plan, data, args.threads, args.steps, args.warmup),
+                      lambda: eager_runner.time(args.steps, args.warmup)]
             if not args.no_compile:
                 try:
-                    comp = torch_step(model, batch, precision, True, args.steps, args.warmup)
+                    comp_runner = TorchRunner(model, batch, precision, True)
+                    comp_runner.time(1, 1)  # compiles here, or fails
+                    timers.append(lambda: comp_runner.time(args.steps, args.warmup))
                 except Exception as e:  # torch.compile needs a C++ toolchain; say so
                     print("torch.compile failed: %s" % str(e).splitlines()[0][:120], file=sys.stderr)
+            times = interleaved(timers, args.rounds)
+            ours, eager = statistics.median(times[0]), statistics.median(times[1])
+            comp = statistics.median(times[2]) if len(times) > 2 else float("nan")
+            ratio = statistics.median(times[0][r] / min(ts[r] for ts in times[1:])
+                                      for r in range(args.rounds))
+            ampc_ms[(name, precision)] = ours
             best = min(t for t in (eager, comp) if t == t)
             print("| %s | %s | %.1f | %.1f | %.1f | %.2f |" % (name, precision, ours * 1e3, eager * 1e3,
-                                                           comp * 1e3, ours / best))
+                                                           comp * 1e3, ratio))
             sys.stdout.flush()
             bounds.append({"model": name, "precision": precision, "ampc": ours, "best": best,
                            "share": onednn_share(bin_dir, plan, data, args.threads, 6),

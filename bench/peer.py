@@ -194,6 +194,8 @@ def main():
             comp = statistics.median(times[2]) if len(times) > 2 else float("nan")
             ratio = statistics.median(times[0][r] / min(ts[r] for ts in times[1:])
                                       for r in range(args.rounds))
+            print("  %s %s rounds (ms): %s" % (name, precision, "; ".join(
+                " ".join("%.1f" % (t * 1e3) for t in ts) for ts in times)), file=sys.stderr)
             ampc_ms[(name, precision)] = ours
             best = min(t for t in (eager, comp) if t == t)
             print("| %s | %s | %.1f | %.1f | %.1f | %.2f |" % (name, precision, ours * 1e3, eager * 1e3,

@@ -252,9 +252,13 @@ void reduceFloat(ThreadPool &pool, const ReducePlan &p, const TensorArg &x, cons
       int64_t base = p.baseOf(r) + c0, o = r * p.inner + c0;
       for (int64_t i = 0; i < n; ++i)
         acc[i] = R == Red::LogSumExp ? 0.0f : Op<R>::init();
-      if (R != Red::LogSumExp && (x.type == plan::F32 || x.type == plan::BF16))
-        accumulateColumns<R>(acc, x, base, p.roffs, n);
-      else
+      bool inPlace = false;
+      if constexpr (R != Red::LogSumExp)
+        if (x.type == plan::F32 || x.type == plan::BF16) {
+          accumulateColumns<R>(acc, x, base, p.roffs, n);
+          inPlace = true;
+        }
+      if (!inPlace)
         for (int64_t ro : p.roffs) {
           const float *v = rowIn(x, base + ro, n, buf);
           if constexpr (R == Red::LogSumExp) {

@@ -86,6 +86,15 @@ float weightSum(const LossAttrs &a, const TensorArg &target, const TensorArg &we
   return s;
 }
 
+/// out[i] = x[i] - s. The shift is a value, and out cannot alias x, so the
+/// loop vectorizes (written through the row pointers, with lse in the same
+/// scratch as lp, GCC reloaded the shift every element and ran it scalar:
+/// 36% of a [1024, 1000] loss step).
+void subtractFrom(const float *__restrict x, float s, float *__restrict out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = x[i] - s;
+}
+
 /// Writes the reduced or per-sample losses.
 void finishLoss(const LossAttrs &a, const float *losses, int64_t n, float wsum,
                 const TensorArg &out) {
@@ -156,9 +165,12 @@ std::unique_ptr<Kernel> createLoss(const StepContext &ctx, std::string &error, b
         }
         if (softmax && logProb.data) {
           float *lp = rowOut(logProb, n * slice, lpBuf);
-          for (int64_t c = 0; c < C; ++c)
-            for (int64_t d = 0; d < D; ++d)
-              lp[c * D + d] = xs[c * D + d] - lse[d];
+          if (D == 1)
+            subtractFrom(xs, lse[0], lp, C);
+          else
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t d = 0; d < D; ++d)
+                lp[c * D + d] = xs[c * D + d] - lse[d];
           rowCommit(logProb, n * slice, slice, lp);
         }
         for (int64_t d = 0; d < D; ++d) {

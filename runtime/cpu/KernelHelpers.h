@@ -49,11 +49,35 @@ inline bool isIndexType(plan::ElemType t) { return t == plan::I64 || t == plan::
 /// Storage bytes per element (1 for the unknown types validatePlan rejects).
 inline size_t elemBytes(plan::ElemType t) { return std::max<size_t>(planElemSize(t), 1); }
 inline const char *elemTypeName(plan::ElemType t) { return planElemTypeName(t); }
-/// Whether the CPU kernels built for AVX-512 (the fused kernel, AdamW, the
-/// normalization row loops) run: the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA
-/// and F16C, and AMPC_CPU_ISA is not "baseline" (which forces the portable
+/// Whether the CPU kernels built for AVX-512 (the fused kernel, and the loops
+/// run through runForThisCpu: AdamW, normalization rows, column sums) run:
+/// the CPU has AVX-512 F/BW/VL/DQ, AVX2, FMA and F16C, and AMPC_CPU_ISA is
+/// not "baseline" (which forces the portable
 /// builds; tests compare both).
 bool useAvx512();
+
+/// For functions and lambdas that must inline into both builds of
+/// runForThisCpu (below), so that their loops are compiled for each.
+#define AMPC_ALWAYS_INLINE __attribute__((always_inline))
+
+/// Calls fn() from one of two builds of the same code, picked by useAvx512():
+/// one compiled for AVX-512 (F/BW/VL/DQ), where fn and the AMPC_ALWAYS_INLINE
+/// code it calls vectorize 16 lanes wide, and a baseline one. Both run the
+/// source's operations in its order (no FMA contraction), so the same bits.
+template <typename Fn> void runBaselineBuild(const Fn &fn) { fn(); }
+#if defined(__x86_64__) && defined(__GNUC__)
+template <typename Fn>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void runAvx512Build(const Fn &fn) {
+  fn();
+}
+#endif
+template <typename Fn> void runForThisCpu(const Fn &fn) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (useAvx512())
+    return runAvx512Build(fn);
+#endif
+  runBaselineBuild(fn);
+}
 
 /// "float16[2,3]"
 std::string argString(const TensorArg &t);

@@ -60,36 +60,19 @@ struct Bf16Row {
 
 /// Row functions are inlined into forEachRow's two builds (below), so that
 /// the AVX-512 one vectorizes them 16 lanes wide.
-#define AMPC_ROW_INLINE __attribute__((always_inline))
+#define AMPC_ROW_INLINE AMPC_ALWAYS_INLINE
 
-/// Calls body(r) for r in [r0, r1). The AVX-512 build inlines the body and
-/// the row functions it calls (AMPC_ROW_INLINE) and vectorizes them with
-/// 16-lane vectors: the same operations in the same order (16 partial sums
-/// per row, no FMA contraction), so the same bits as the baseline build,
-/// about 1.3x as fast on BatchNormalization and its gradient (SSE2's 4 lanes
-/// left them short of memory bandwidth). Picked like the fused kernel's build
-/// (useAvx512: AMPC_CPU_ISA=baseline forces the baseline one).
-template <typename Body>
-inline AMPC_ROW_INLINE void eachRow(const Body &body, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r)
-    body(r);
-}
-template <typename Body> void eachRowBaseline(const Body &body, int64_t r0, int64_t r1) {
-  eachRow(body, r0, r1);
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-template <typename Body>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void
-eachRowAvx512(const Body &body, int64_t r0, int64_t r1) {
-  eachRow(body, r0, r1);
-}
-#endif
+/// Calls body(r) for r in [r0, r1), in runForThisCpu's two builds: the
+/// AVX-512 one inlines the body and the row functions it calls
+/// (AMPC_ROW_INLINE) and vectorizes them with 16-lane vectors, the same
+/// operations in the same order (16 partial sums per row), so the same bits
+/// as the baseline build, about 1.3x as fast on BatchNormalization and its
+/// gradient (SSE2's 4 lanes left them short of memory bandwidth).
 template <typename Body> void forEachRow(const Body &body, int64_t r0, int64_t r1) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (useAvx512())
-    return eachRowAvx512(body, r0, r1);
-#endif
-  eachRowBaseline(body, r0, r1);
+  runForThisCpu([&]() AMPC_ROW_INLINE {
+    for (int64_t r = r0; r < r1; ++r)
+      body(r);
+  });
 }
 
 /// Calls fn with elements [begin, begin + n) of t as an F32Row or a Bf16Row.

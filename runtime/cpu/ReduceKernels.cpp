@@ -166,12 +166,11 @@ template <Red R> float combine(float a, float part) {
 /// Shape B over fp32 or bf16 storage: acc[i] = step(acc[i], x[base + ro + i])
 /// for each reduced offset ro in order, read in place (bf16 widened as it is
 /// read, exactly), so each column adds its rows in the order the portable
-/// loop does: the same bits. Built twice, like the normalizations' row loops
-/// (NormKernels.cpp): the AVX-512 build vectorizes the columns 16 wide.
+/// loop does: the same bits. In runForThisCpu's two builds: the AVX-512 one
+/// vectorizes the columns 16 wide.
 template <Red R, typename T>
-inline __attribute__((always_inline)) void accumulateRows(float *acc, const T *x,
-                                                          const std::vector<int64_t> &roffs,
-                                                          int64_t n) {
+inline AMPC_ALWAYS_INLINE void accumulateRows(float *acc, const T *x,
+                                              const std::vector<int64_t> &roffs, int64_t n) {
   for (int64_t ro : roffs) {
     const T *v = x + ro;
     for (int64_t i = 0; i < n; ++i) {
@@ -187,36 +186,14 @@ inline __attribute__((always_inline)) void accumulateRows(float *acc, const T *x
   }
 }
 template <Red R>
-inline __attribute__((always_inline)) void accumulateColumnsImpl(float *acc, const TensorArg &x,
-                                                                 int64_t base,
-                                                                 const std::vector<int64_t> &roffs,
-                                                                 int64_t n) {
-  if (x.type == plan::BF16)
-    accumulateRows<R>(acc, static_cast<const uint16_t *>(x.data) + base, roffs, n);
-  else
-    accumulateRows<R>(acc, static_cast<const float *>(x.data) + base, roffs, n);
-}
-template <Red R>
-void accumulateColumnsBaseline(float *acc, const TensorArg &x, int64_t base,
-                               const std::vector<int64_t> &roffs, int64_t n) {
-  accumulateColumnsImpl<R>(acc, x, base, roffs, n);
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-template <Red R>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void
-accumulateColumnsAvx512(float *acc, const TensorArg &x, int64_t base,
-                        const std::vector<int64_t> &roffs, int64_t n) {
-  accumulateColumnsImpl<R>(acc, x, base, roffs, n);
-}
-#endif
-template <Red R>
 void accumulateColumns(float *acc, const TensorArg &x, int64_t base,
                        const std::vector<int64_t> &roffs, int64_t n) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (useAvx512())
-    return accumulateColumnsAvx512<R>(acc, x, base, roffs, n);
-#endif
-  accumulateColumnsBaseline<R>(acc, x, base, roffs, n);
+  runForThisCpu([&]() AMPC_ALWAYS_INLINE {
+    if (x.type == plan::BF16)
+      accumulateRows<R>(acc, static_cast<const uint16_t *>(x.data) + base, roffs, n);
+    else
+      accumulateRows<R>(acc, static_cast<const float *>(x.data) + base, roffs, n);
+  });
 }
 
 /// The fp32 reduction; `shift` (LogSumExp) holds each result's maximum.

@@ -111,37 +111,6 @@ adamwChunk(const math::AdamWConstants &c, const math::AdamWStepScalars &s, plan:
   }
 }
 
-void adamwChunkBaseline(const math::AdamWConstants &c, const math::AdamWStepScalars &s,
-                        plan::ElemType gradType, plan::ElemType copyType, const AdamWArrays &a,
-                        int64_t begin, int64_t end) {
-  adamwChunk(c, s, gradType, copyType, a, begin, end);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// The same loops with 16-lane vectors: the same operations in the same order
-// (no FMA contraction, sqrt and division correctly rounded), so the same bits.
-// The update reads and writes 28 bytes a parameter; with SSE2's 4 lanes it
-// is bound by its sqrt and division rather than by memory.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void
-adamwChunkAvx512(const math::AdamWConstants &c, const math::AdamWStepScalars &s,
-                 plan::ElemType gradType, plan::ElemType copyType, const AdamWArrays &a,
-                 int64_t begin, int64_t end) {
-  adamwChunk(c, s, gradType, copyType, a, begin, end);
-}
-#endif
-
-using AdamWChunkFn = void (*)(const math::AdamWConstants &, const math::AdamWStepScalars &,
-                              plan::ElemType, plan::ElemType, const AdamWArrays &, int64_t,
-                              int64_t);
-
-AdamWChunkFn adamwChunkForThisCpu() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (useAvx512())
-    return adamwChunkAvx512;
-#endif
-  return adamwChunkBaseline;
-}
-
 bool isLowPrecision(plan::ElemType t) { return t == plan::F16 || t == plan::BF16; }
 
 /// Checks ampc.AdamW's operands; empty when they are what the kernel reads.
@@ -210,9 +179,13 @@ std::unique_ptr<Kernel> createAdamW(const StepContext &ctx, std::string &error) 
     }
     math::AdamWStepScalars s = math::adamwStepScalars(c, *in[4].as<float>(), *in[5].as<float>());
     AdamWArrays arrays{in[1].data, pout, mout, vout, copy.as<uint16_t>()};
-    static const AdamWChunkFn chunk = adamwChunkForThisCpu();
+    // In runForThisCpu's AVX-512 build the loops run 16 lanes wide: the
+    // update reads and writes 28 bytes a parameter, and with SSE2's 4 lanes
+    // it is bound by its sqrt and division rather than by memory.
     pool.parallelFor(n, 1 << 14, [&](int64_t begin, int64_t end, int) {
-      chunk(c, s, in[1].type, copy.type, arrays, begin, end);
+      runForThisCpu([&]() AMPC_ALWAYS_INLINE {
+        adamwChunk(c, s, in[1].type, copy.type, arrays, begin, end);
+      });
     });
   });
 }

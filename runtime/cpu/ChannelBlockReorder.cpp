@@ -252,14 +252,32 @@ bool isChannelBlocked(const dnnl::memory::desc &md) {
 
 } // namespace
 
-std::optional<ChannelBlockReorder> ChannelBlockReorder::match(const dnnl::memory::desc &src,
-                                                              const dnnl::memory::desc &dst) {
-  if (!haveAvx2() || src.dims() != dst.dims() || src.data_type() != dst.data_type())
-    return std::nullopt;
+bool ChannelBlockReorder::available(size_t elemBytes) {
   // 16-bit elements; 32-bit ones only with AVX-512 (in AVX2 registers the
   // fp32 transposes were no faster than oneDNN's reorder, docs/benchmarks.md).
+  return haveAvx2() && (elemBytes == 2 || (elemBytes == 4 && useAvx512()));
+}
+
+dnnl::memory::desc ChannelBlockReorder::blockedDesc(const dnnl::memory::dims &dims,
+                                                    dnnl::memory::data_type type) {
+  tag blocked = tag::undef, channelsLast = tag::undef;
+  blockedTags(dims.size(), blocked, channelsLast);
+  return dnnl::memory::desc(dims, type, blocked);
+}
+
+bool ChannelBlockReorder::sameBytes(const dnnl::memory::desc &a, const dnnl::memory::desc &b) {
+  if (a == b)
+    return true;
+  return a.dims() == b.dims() && a.data_type() == b.data_type() && isChannelBlocked(a) &&
+         isChannelBlocked(b);
+}
+
+std::optional<ChannelBlockReorder> ChannelBlockReorder::match(const dnnl::memory::desc &src,
+                                                              const dnnl::memory::desc &dst) {
+  if (src.dims() != dst.dims() || src.data_type() != dst.data_type())
+    return std::nullopt;
   size_t bytes = dnnl::memory::data_type_size(src.data_type());
-  if (bytes != 2 && !(bytes == 4 && useAvx512()))
+  if (!available(bytes))
     return std::nullopt;
   ChannelBlockReorder r;
   r.elemBytes = bytes;

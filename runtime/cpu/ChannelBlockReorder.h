@@ -30,6 +30,19 @@ struct ChannelBlockReorder {
   static std::optional<ChannelBlockReorder> match(const dnnl::memory::desc &src,
                                                   const dnnl::memory::desc &dst);
 
+  /// Whether run() can move elements of this size on this CPU: 16-bit ones
+  /// with AVX2, 32-bit ones with useAvx512().
+  static bool available(size_t elemBytes);
+
+  /// The channel-blocked layout of `dims` (rank 3 to 5, channels a multiple
+  /// of 16): aBc16b, aBcd16b or aBcde16b.
+  static dnnl::memory::desc blockedDesc(const dnnl::memory::dims &dims,
+                                        dnnl::memory::data_type type);
+
+  /// Whether `a` and `b` lay out the same bytes: equal, or both channel
+  /// blocks of 16 (channels-last with 16 channels is the same bytes).
+  static bool sameBytes(const dnnl::memory::desc &a, const dnnl::memory::desc &b);
+
   /// Moves every block, split over the OpenMP threads (those oneDNN's
   /// primitives run on, set by the kernel before it executes); bf16 in the
   /// AVX-512VL build where useAvx512() says so (32 vector registers: no

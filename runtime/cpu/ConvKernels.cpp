@@ -105,8 +105,9 @@ protected:
       call.scratchArgs.push_back({arg, off});
   }
   /// Binds `arg` of `call` in the layout the primitive chose (`want`). The
-  /// tensor (or its scratch copy) is used as it is when that is its plain
-  /// layout `plain`; otherwise a scratch buffer in `want`'s layout is filled
+  /// tensor (or its scratch copy) is used as it is when that is its own
+  /// layout `plain` (row-major, or channel blocks the backend keeps it in);
+  /// otherwise a scratch buffer in `want`'s layout is filled
   /// from it before the call (an input) or copied back to it after (an
   /// output), by a reorder created here, once per plan.
   /// A tensor bound in tensor memory (not scratch) may be a batch slice:
@@ -116,8 +117,8 @@ protected:
               const dnnl::memory::desc &plain, void *data, bool inScratch, size_t off,
               bool output, ScratchLayout &layout, size_t sliceBytes = 0) {
     bool sliced = sliceBytes && !inScratch;
-    if (want == plain) {
-      bind(call, arg, plain, data, inScratch, off);
+    if (ChannelBlockReorder::sameBytes(want, plain)) {
+      bind(call, arg, want, data, inScratch, off);
       if (sliced)
         slices_.push_back({&call, nullptr, 0, arg, static_cast<uint8_t *>(data), sliceBytes});
       return;
@@ -232,7 +233,7 @@ public:
     }
     bool biasF32 = b_.data && (viaF32_ || b_.type == plan::F32);
     try {
-      auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
+      auto xMd = activationDesc(x_, s.xDims(), cdt), yMd = activationDesc(y_, s.yDims(), cdt);
       auto wMd = plainDesc(s.wDims(), cdt);
       dnnl::memory::desc bMd;
       if (b_.data)
@@ -397,8 +398,8 @@ public:
     // type is not what oneDNN writes, it is a plain reduction of dY.
     bool dbWithDw = db_.data && dw_.data && !viaF32_;
     try {
-      auto xMd = plainDesc(s.xDims(), cdt), yMd = plainDesc(s.yDims(), cdt);
-      auto wMd = plainDesc(s.wDims(), cdt);
+      auto xMd = activationDesc(x_, s.xDims(), cdt), yMd = activationDesc(dy_, s.yDims(), cdt);
+      auto dxMd = activationDesc(dx_, s.xDims(), cdt), wMd = plainDesc(s.wDims(), cdt);
       auto bMd = plainDesc({s.M}, db_.data ? dnnlComputeType(db_.type) : dt::f32);
       // The primitives pick their layouts (format_tag::any): in plain NCHW,
       // oneDNN's backward passes fall back to slow implementations; blocked
@@ -420,7 +421,7 @@ public:
           zeroDx_ = zeroDx_ || p < 0;
         auto pd = dnnl::convolution_backward_data::primitive_desc(
             dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct,
-                                                  zeroDx_ ? xMd : xAny, wAny, yAny, s.strides,
+                                                  zeroDx_ ? dxMd : xAny, wAny, yAny, s.strides,
                                                   s.dilates, s.padL, s.padR),
             dnnlAttr(), dnnlEngine(), fwd);
         offPadData_ = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
@@ -429,7 +430,7 @@ public:
                layout);
         bindAs(data_, DNNL_ARG_WEIGHTS, pd.weights_desc(), wMd, w_.data, viaF32_, offW_, false,
                layout);
-        bindAs(data_, DNNL_ARG_DIFF_SRC, pd.diff_src_desc(), xMd, dx_.data, viaF32_, offDx_, true,
+        bindAs(data_, DNNL_ARG_DIFF_SRC, pd.diff_src_desc(), dxMd, dx_.data, viaF32_, offDx_, true,
                layout);
         dataBefore_ = before_.size();
         dataAfter_ = after_.size();
@@ -522,10 +523,22 @@ private:
       for (int64_t m = m0; m < m1; ++m) {
         float s = 0;
         for (int64_t n = 0; n < N_; ++n)
-          s += sumFloats(rowIn(dy_, (n * M_ + m) * outPix_, outPix_, row), outPix_);
+          s += sumFloats(dyRow(n, m, row), outPix_);
         storeFloat(db_, m, s);
       }
     });
+  }
+
+  /// dY's values of image n and channel m as fp32 (gathered from channel
+  /// blocks of 16 when dY is kept so: the same values, summed in the same
+  /// order).
+  const float *dyRow(int64_t n, int64_t m, float *row) const {
+    if (!dy_.channelBlocked)
+      return rowIn(dy_, (n * M_ + m) * outPix_, outPix_, row);
+    int64_t first = ((n * M_ + m / 16 * 16) * outPix_) + m % 16;
+    for (int64_t p = 0; p < outPix_; ++p)
+      row[p] = loadFloat(dy_, first + p * 16);
+    return row;
   }
 
   TensorArg dy_, x_, w_, dx_, dw_, db_;

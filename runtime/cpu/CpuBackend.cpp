@@ -2,6 +2,7 @@
 
 #include "ampc/rt/Backend.h"
 
+#include "ChannelLayout.h"
 #include "Kernel.h"
 
 #include "ampc/rt/PlanFile.h"
@@ -148,6 +149,9 @@ public:
     copyPlanWithoutValues(p, plan_);
     if (!allocate(p, error))
       return false;
+    blocked_ = chooseChannelBlocked(plan_);
+    if (std::getenv("AMPC_CPU_LAYOUT_REPORT"))
+      reportLayout();
     for (int i = 0; i < plan_.programs_size(); ++i)
       if (!prepareProgram(plan_.programs(i), error))
         return false;
@@ -357,6 +361,46 @@ private:
     return a;
   }
 
+  /// Operand `index` of `step` as its kernel sees it. A tensor kept in
+  /// channel blocks (blocked_) is given so where the step takes that
+  /// layout; otherwise the step gets a plain copy, converted from the
+  /// tensor before it runs (an input) or into the tensor after (an output),
+  /// appended to `copies`.
+  /// False when that copy cannot be allocated.
+  bool operandArg(const plan::Step &step, bool output, int index,
+                  std::vector<ChannelLayoutKernel::Copy> &copies, TensorArg &a) {
+    int id = output ? step.outputs(index) : step.inputs(index);
+    a = arg(id);
+    if (id < 0 || !blocked_[id])
+      return true;
+    if (operandLayout(plan_, step, output, index) != OperandLayout::Plain) {
+      a.channelBlocked = true;
+      return true;
+    }
+    auto &buffer = layoutCopies_.emplace_back(std::make_unique<AlignedBuffer>());
+    if (!buffer->allocate(planTensorBytes(plan_.tensors(id))))
+      return false;
+    ChannelLayoutKernel::Copy c{ChannelLayoutConversion::of(a, output), nullptr, nullptr};
+    c.src = output ? buffer->get() : a.data;
+    c.dst = output ? a.data : buffer->get();
+    a.data = buffer->get();
+    copies.push_back(c);
+    return true;
+  }
+
+  /// AMPC_CPU_LAYOUT_REPORT: how many activations are kept in channel
+  /// blocks, and their bytes (stderr).
+  void reportLayout() const {
+    int64_t count = 0, bytes = 0;
+    for (int i = 0; i < plan_.tensors_size(); ++i)
+      if (blocked_[i]) {
+        ++count;
+        bytes += static_cast<int64_t>(planTensorBytes(plan_.tensors(i)));
+      }
+    std::fprintf(stderr, "cpu layout: %lld tensors (%lld bytes) in channel blocks of 16\n",
+                 static_cast<long long>(count), static_cast<long long>(bytes));
+  }
+
   /// Each asynchronous step completes just before the first later step that
   /// reads one of its outputs (through any view), else at the end.
   void scheduleFinishes(const plan::Program &prog, Program &out) const {
@@ -383,16 +427,25 @@ private:
       }
       StepContext ctx{plan_, step, {}, {}, *pool_, [this](int id) { return arg(id); },
                       collective_};
-      for (int id : step.inputs())
-        ctx.inputs.push_back(arg(id));
-      for (int id : step.outputs())
-        ctx.outputs.push_back(arg(id));
+      std::vector<ChannelLayoutKernel::Copy> before, after;
+      bool bound = true;
+      for (int i = 0; i < step.inputs_size(); ++i)
+        bound = bound && operandArg(step, false, i, before, ctx.inputs.emplace_back());
+      for (int i = 0; i < step.outputs_size(); ++i)
+        bound = bound && operandArg(step, true, i, after, ctx.outputs.emplace_back());
+      if (!bound) {
+        error = where + ": cannot allocate the plain copy of a channel-blocked operand";
+        return false;
+      }
       std::string why;
       std::unique_ptr<Kernel> k = (*factory)(ctx, why);
       if (!k) {
         error = where + ": " + (why.empty() ? "unsupported operands" : why);
         return false;
       }
+      if (!before.empty() || !after.empty())
+        k = std::make_unique<ChannelLayoutKernel>(std::move(k), std::move(before),
+                                                  std::move(after));
       out.kernels.push_back(std::move(k));
     }
     scheduleFinishes(prog, out);
@@ -412,6 +465,10 @@ private:
   plan::Plan plan_;
   AlignedBuffer arena_, state_, constants_;
   std::vector<uint8_t *> ptr_;
+  /// Per tensor: kept in channel blocks of 16 (ChannelLayout.h).
+  std::vector<uint8_t> blocked_;
+  /// The plain copies of blocked operands for steps that need that layout.
+  std::vector<std::unique_ptr<AlignedBuffer>> layoutCopies_;
   std::vector<Program> programs_;
 };
 

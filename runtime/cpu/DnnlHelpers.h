@@ -57,6 +57,14 @@ inline dnnl::memory::desc plainDesc(const std::vector<int64_t> &dims, dnnl::memo
   return dnnl::memory::desc(toDims(dims), dt, toDims(stridesOf(dims)));
 }
 
+/// The oneDNN memory of an activation as the backend stores it: plain, or
+/// in channel blocks of 16 (TensorArg::channelBlocked, ChannelLayout.h).
+inline dnnl::memory::desc activationDesc(const TensorArg &t, const std::vector<int64_t> &dims,
+                                         dnnl::memory::data_type dt) {
+  return t.channelBlocked ? ChannelBlockReorder::blockedDesc(toDims(dims), dt)
+                          : plainDesc(dims, dt);
+}
+
 /// Attributes every primitive of ours uses: user scratchpad, and fp32 math
 /// (no implicit down-conversion).
 inline dnnl::primitive_attr dnnlAttr() {

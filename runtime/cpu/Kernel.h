@@ -33,6 +33,9 @@ struct TensorArg {
   plan::ElemType type = plan::F32;
   std::vector<int64_t> shape;
   int64_t numel = 0;
+  /// Stored in channel blocks of 16 ([N, C/16, spatial..., 16]) rather than
+  /// row-major: only for the operands ChannelLayout.h lets a step take so.
+  bool channelBlocked = false;
 
   template <typename T> T *as() const { return static_cast<T *>(data); }
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }

@@ -29,6 +29,7 @@ void registerGemmKernels();
 void registerConvKernels();
 void registerPoolKernels();
 void registerNormKernels();
+void registerBatchNormKernels();
 void registerSoftmaxKernels();
 void registerLossKernels();
 void registerReduceKernels();

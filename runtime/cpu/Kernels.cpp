@@ -12,6 +12,7 @@ void registerAllCpuKernels() {
   registerConvKernels();
   registerPoolKernels();
   registerNormKernels();
+  registerBatchNormKernels();
   registerSoftmaxKernels();
   registerLossKernels();
   registerReduceKernels();

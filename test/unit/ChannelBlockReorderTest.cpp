@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ChannelBlockReorder.h"
+#include "ChannelLayout.h"
 #include "KernelHelpers.h"
 
 #include <gtest/gtest.h>
@@ -128,4 +129,47 @@ TEST(ChannelBlockReorder, DeclinesOtherLayouts) {
   dnnl::memory::dims mat{32, 32};
   EXPECT_FALSE(
       ChannelBlockReorder::match(plain(mat, dt::bf16), dnnl::memory::desc(mat, dt::bf16, tag::ba)));
+}
+
+/// The backend's conversions for activations it keeps in channel blocks
+/// (ChannelLayout.h): the element-by-element fallback writes oneDNN's bytes
+/// too, for 2- and 4-byte elements, both ways.
+TEST(ChannelLayoutConversion, PortableMoveWritesOneDnnsBytes) {
+  for (dt type : {dt::bf16, dt::f32})
+    for (const dnnl::memory::dims &dims : std::vector<dnnl::memory::dims>{
+             {2, 32, 7, 5}, {1, 16, 33}, {3, 48, 2, 3, 4}}) {
+      auto p = plain(dims, type);
+      dnnl::memory::desc b(dims, type, blockedTag(dims.size()));
+      ASSERT_TRUE(ChannelBlockReorder::sameBytes(b, ChannelBlockReorder::blockedDesc(dims, type)));
+      size_t bytes = p.get_size();
+      std::vector<uint8_t> in(bytes), theirs(bytes), mine(bytes, 0xCD);
+      for (size_t i = 0; i < bytes; ++i)
+        in[i] = static_cast<uint8_t>(i * 37 + (i >> 8));
+      for (bool toBlocked : {true, false}) {
+        dnnl::stream stream(engine());
+        dnnl::memory srcMem(toBlocked ? p : b, engine(), in.data());
+        dnnl::memory dstMem(toBlocked ? b : p, engine(), theirs.data());
+        dnnl::reorder(srcMem, dstMem).execute(stream, srcMem, dstMem);
+        stream.wait();
+        TensorArg t;
+        t.type = type == dt::bf16 ? ampc::plan::BF16 : ampc::plan::F32;
+        t.shape.assign(dims.begin(), dims.end());
+        t.numel = static_cast<int64_t>(bytes / dnnl::memory::data_type_size(type));
+        auto conversion = ChannelLayoutConversion::of(t, toBlocked);
+        std::fill(mine.begin(), mine.end(), 0xCD);
+        conversion.runPortable(in.data(), mine.data());
+        EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes))
+            << (toBlocked ? "to" : "from") << " blocked, rank " << dims.size();
+        std::fill(mine.begin(), mine.end(), 0xCD);
+        conversion.run(in.data(), mine.data());
+        EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes)) << "run()";
+      }
+    }
+  // Channel blocks of 16 with 16 channels are channels-last's bytes.
+  dnnl::memory::dims dims{2, 16, 4, 4};
+  EXPECT_TRUE(ChannelBlockReorder::sameBytes(dnnl::memory::desc(dims, dt::f32, tag::acdb),
+                                             dnnl::memory::desc(dims, dt::f32, tag::aBcd16b)));
+  dnnl::memory::dims wide{2, 32, 4, 4};
+  EXPECT_FALSE(ChannelBlockReorder::sameBytes(dnnl::memory::desc(wide, dt::f32, tag::acdb),
+                                              dnnl::memory::desc(wide, dt::f32, tag::aBcd16b)));
 }

@@ -65,9 +65,6 @@ inline AMPC_ROW_INLINE void blockLaneSums(int64_t pix, Term term, float *out) {
     out[c] = acc[0][c];
 }
 
-/// Blocks per range, for about as many elements as minRowsFor's rows.
-int64_t minBlocksFor(int64_t pix) { return std::max<int64_t>(1, minRowsFor(pix) / kBlock); }
-
 /// Tensors read and written together must share their layout; channel
 /// blocks need 16 channels a block (the backend only chooses such tensors).
 bool sameChannelBlocks(const TensorArg &a, const TensorArg &b, std::string &error) {
@@ -139,39 +136,33 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
   return std::make_unique<LambdaKernel>([=, &pool] {
     float *part = at<float>(scratch->data(), offPart), *mu = at<float>(scratch->data(), offChan);
     float *vr = mu + C, *mul = mu + 2 * C, *add = mu + 3 * C;
-    auto rowPass = [&](auto perRow) {
-      pool.parallelFor(rows, minRowsFor(pix), [&](int64_t r0, int64_t r1, int range) {
-        float *buf = at<float>(scratch->data(), offRow) + range * pix;
-        forEachRow(
-            [&](int64_t r) AMPC_ROW_INLINE {
-              withRow(x, r * pix, pix, buf, [&](auto xr) AMPC_ROW_INLINE { perRow(r, xr, buf); });
-            },
-            r0, r1);
-      });
-    };
-    // perBlock(b, xb, buf): block b's 16 rows of X as fp32 (channel blocks).
-    auto blockPass = [&](auto perBlock) {
-      pool.parallelFor(rows / kBlock, minBlocksFor(pix), [&](int64_t b0, int64_t b1, int range) {
-        float *buf = at<float>(scratch->data(), offRow) + range * kBlock * pix;
-        forEachRow(
-            [&](int64_t b) AMPC_ROW_INLINE {
-              withRow(x, b * kBlock * pix, kBlock * pix, buf,
-                      [&](auto xb) AMPC_ROW_INLINE { perBlock(b, xb, buf); });
-            },
-            b0, b1);
-      });
+    // perUnit(u, xu, buf): unit u of X read as fp32: row u, or in channel
+    // blocks block u's 16 rows.
+    auto pass = [&](auto perUnit) {
+      const int64_t n = rowsAtOnce * pix;
+      pool.parallelFor(rows / rowsAtOnce, std::max<int64_t>(1, minRowsFor(pix) / rowsAtOnce),
+                       [&](int64_t u0, int64_t u1, int range) {
+                         float *buf = at<float>(scratch->data(), offRow) + range * n;
+                         forEachRow(
+                             [&](int64_t u) AMPC_ROW_INLINE {
+                               withRow(x, u * n, n, buf, [&](auto xu) AMPC_ROW_INLINE {
+                                 perUnit(u, xu, buf);
+                               });
+                             },
+                             u0, u1);
+                       });
     };
     // Each row's sum of f(X, center of its channel) into part: row by row,
     // or 16 rows at a time in channel blocks (the same bits).
     auto sumRows = [&](const float *center, auto f) {
       if (!blocked) {
-        rowPass([&](int64_t r, auto xr, float *) AMPC_ROW_INLINE {
+        pass([&](int64_t r, auto xr, float *) AMPC_ROW_INLINE {
           float m = center ? center[r % C] : 0.0f;
           part[r] = laneSum(pix, [&](int64_t i) AMPC_ROW_INLINE { return f(xr[i], m); });
         });
         return;
       }
-      blockPass([&](int64_t b, auto xb, float *) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, float *) AMPC_ROW_INLINE {
         float m[kBlock] = {};
         if (center)
           blockChannels(center, b, C, m);
@@ -210,7 +201,7 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
           storeFloat(stats[i], c, values[i]);
     }
     if (blocked) {
-      blockPass([&](int64_t b, auto xb, float *buf) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, float *buf) AMPC_ROW_INLINE {
         float m[kBlock], sc[kBlock], sh[kBlock];
         blockChannels(mu, b, C, m);
         blockChannels(mul, b, C, sc);
@@ -223,7 +214,7 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
       });
       return;
     }
-    rowPass([&](int64_t r, auto xr, float *buf) AMPC_ROW_INLINE {
+    pass([&](int64_t r, auto xr, float *buf) AMPC_ROW_INLINE {
       int64_t c = r % C;
       float m = mu[c], sc = mul[c], b = add[c];
       float *yr = rowOut(y, r * pix, buf); // in place over X's row in buf is fine
@@ -283,46 +274,36 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     float *partA = at<float>(scratch->data(), offPart), *partB = partA + rows;
     float *mu = at<float>(scratch->data(), offChan), *inv = mu + C, *sumDy = mu + 2 * C,
           *sumDyXhat = mu + 3 * C;
-    auto rowPass = [&](auto perRow) {
-      pool.parallelFor(rows, minRowsFor(pix), [&](int64_t r0, int64_t r1, int range) {
-        float *buf = at<float>(scratch->data(), offRow) + range * 3 * pix;
-        forEachRow(
-            [&](int64_t r) AMPC_ROW_INLINE {
-              withRow(x, r * pix, pix, buf, [&](auto xr) AMPC_ROW_INLINE {
-                withRow(dy, r * pix, pix, buf + pix,
-                        [&](auto g) AMPC_ROW_INLINE { perRow(r, xr, g, buf + 2 * pix); });
-              });
-            },
-            r0, r1);
-      });
-    };
-    // perBlock(b, xb, gb, buf): block b's 16 rows of X and dY as fp32.
-    auto blockPass = [&](auto perBlock) {
-      const int64_t n = kBlock * pix;
-      pool.parallelFor(rows / kBlock, minBlocksFor(pix), [&](int64_t b0, int64_t b1, int range) {
-        float *buf = at<float>(scratch->data(), offRow) + range * 3 * n;
-        forEachRow(
-            [&](int64_t b) AMPC_ROW_INLINE {
-              withRow(x, b * n, n, buf, [&](auto xb) AMPC_ROW_INLINE {
-                withRow(dy, b * n, n, buf + n,
-                        [&](auto gb) AMPC_ROW_INLINE { perBlock(b, xb, gb, buf + 2 * n); });
-              });
-            },
-            b0, b1);
-      });
+    // perUnit(u, xu, gu, buf): unit u of X and dY read as fp32: row u, or in
+    // channel blocks block u's 16 rows.
+    auto pass = [&](auto perUnit) {
+      const int64_t n = rowsAtOnce * pix;
+      pool.parallelFor(
+          rows / rowsAtOnce, std::max<int64_t>(1, minRowsFor(pix) / rowsAtOnce),
+          [&](int64_t u0, int64_t u1, int range) {
+            float *buf = at<float>(scratch->data(), offRow) + range * 3 * n;
+            forEachRow(
+                [&](int64_t u) AMPC_ROW_INLINE {
+                  withRow(x, u * n, n, buf, [&](auto xu) AMPC_ROW_INLINE {
+                    withRow(dy, u * n, n, buf + n,
+                            [&](auto gu) AMPC_ROW_INLINE { perUnit(u, xu, gu, buf + 2 * n); });
+                  });
+                },
+                u0, u1);
+          });
     };
     // Each row's sums of f(X) and g(dY, X), into partA and partB: row by row,
     // or 16 rows at a time in channel blocks (the same bits).
     auto sumRows = [&](const float *center, auto fa, auto fb) {
       if (!blocked) {
-        rowPass([&](int64_t r, auto xr, auto g, float *) AMPC_ROW_INLINE {
+        pass([&](int64_t r, auto xr, auto g, float *) AMPC_ROW_INLINE {
           float m = center ? center[r % C] : 0.0f;
           partA[r] = laneSum(pix, [&](int64_t i) AMPC_ROW_INLINE { return fa(xr[i], g[i], m); });
           partB[r] = laneSum(pix, [&](int64_t i) AMPC_ROW_INLINE { return fb(xr[i], g[i], m); });
         });
         return;
       }
-      blockPass([&](int64_t b, auto xb, auto gb, float *) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, auto gb, float *) AMPC_ROW_INLINE {
         float m[kBlock] = {};
         if (center)
           blockChannels(center, b, C, m);
@@ -373,7 +354,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     if (!dx.data)
       return;
     if (blocked) {
-      blockPass([&](int64_t b, auto xb, auto gb, float *buf) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, auto gb, float *buf) AMPC_ROW_INLINE {
         float sc[kBlock], m[kBlock], iv[kBlock], mg[kBlock], mgx[kBlock];
         for (int c = 0; c < kBlock; ++c) {
           int64_t ch = (b * kBlock + c) % C;
@@ -391,7 +372,7 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
       });
       return;
     }
-    rowPass([&](int64_t r, auto xr, auto g, float *buf) AMPC_ROW_INLINE {
+    pass([&](int64_t r, auto xr, auto g, float *buf) AMPC_ROW_INLINE {
       int64_t c = r % C;
       float sc = loadFloat(scale, c), m = mu[c], iv = inv[c];
       float mg = sc * sumDy[c] / count, mgx = sc * sumDyXhat[c] / count;

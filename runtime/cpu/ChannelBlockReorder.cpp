@@ -296,7 +296,29 @@ std::optional<ChannelBlockReorder> ChannelBlockReorder::match(const dnnl::memory
   return r;
 }
 
-void ChannelBlockReorder::run(const void *src, void *dst) const { runWith(useAvx512(), src, dst); }
+void ChannelBlockReorder::run(const void *src, void *dst) const {
+  if (available(elemBytes))
+    runWith(useAvx512(), src, dst);
+  else
+    runPortable(src, dst);
+}
+
+void ChannelBlockReorder::runPortable(const void *src, void *dst) const {
+  const int64_t blocks = N * (C / kBlock), blockElems = kBlock * S;
+  auto move = [&](auto *from, auto *to) {
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (toBlocked)
+        transposeScalar(from + b * blockElems, S, to + b * blockElems, kBlock, kBlock, S);
+      else
+        transposeScalar(from + b * blockElems, kBlock, to + b * blockElems, S, S, kBlock);
+    }
+  };
+  if (elemBytes == 4)
+    move(static_cast<const uint32_t *>(src), static_cast<uint32_t *>(dst));
+  else
+    move(static_cast<const uint16_t *>(src), static_cast<uint16_t *>(dst));
+}
 
 void ChannelBlockReorder::runWith(bool avx512, const void *src, void *dst) const {
 #ifdef AMPC_X86

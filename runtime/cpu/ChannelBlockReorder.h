@@ -46,8 +46,12 @@ struct ChannelBlockReorder {
   /// Moves every block, split over the OpenMP threads (those oneDNN's
   /// primitives run on, set by the kernel before it executes); bf16 in the
   /// AVX-512VL build where useAvx512() says so (32 vector registers: no
-  /// spills), else the AVX2 one; the same bytes either way.
+  /// spills), else the AVX2 one; element by element (runPortable) where
+  /// available() says no. The same bytes either way.
   void run(const void *src, void *dst) const;
+  /// The element-by-element move, for 2- and 4-byte elements (tests compare
+  /// it).
+  void runPortable(const void *src, void *dst) const;
   /// run() with the bf16 build chosen by the caller (tests compare both; the
   /// AVX-512 one needs a CPU with AVX-512 F, VL and BW). fp32 has one build.
   void runWith(bool avx512, const void *src, void *dst) const;

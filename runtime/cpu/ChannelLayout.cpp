@@ -10,10 +10,7 @@
 
 #include "ChannelLayout.h"
 
-#include "ChannelBlockReorder.h"
 #include "KernelHelpers.h"
-
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -176,55 +173,26 @@ std::vector<uint8_t> chooseChannelBlocked(const plan::Plan &plan) {
 }
 
 //===----------------------------------------------------------------------===//
-// Conversions
+// Copies in the plain layout
 //===----------------------------------------------------------------------===//
 
-ChannelLayoutConversion ChannelLayoutConversion::of(const TensorArg &t, bool toBlocked) {
-  ChannelLayoutConversion c;
-  c.N = t.shape[0];
-  c.C = t.shape[1];
-  c.S = t.numel / (c.N * c.C);
-  c.elemBytes = cpu::elemBytes(t.type);
-  c.toBlocked = toBlocked;
-  return c;
-}
-
-void ChannelLayoutConversion::run(const void *src, void *dst) const {
-  if (ChannelBlockReorder::available(elemBytes)) {
-    ChannelBlockReorder r;
-    r.N = N, r.C = C, r.S = S, r.elemBytes = elemBytes, r.toBlocked = toBlocked;
-    r.run(src, dst);
-    return;
-  }
-  runPortable(src, dst);
-}
-
-void ChannelLayoutConversion::runPortable(const void *src, void *dst) const {
-  // Block b (channels 16 (b % (C/16)) .. of image b / (C/16)) starts at
-  // element b * 16 * S in both layouts; within it, channel j at position s
-  // is element j * S + s in the plain layout and s * 16 + j in the blocked.
-  const int64_t blocks = N * (C / kBlock), blockElems = kBlock * S;
-  const size_t eb = elemBytes;
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t *in = static_cast<const uint8_t *>(src) + b * blockElems * eb;
-    uint8_t *out = static_cast<uint8_t *>(dst) + b * blockElems * eb;
-    for (int64_t j = 0; j < kBlock; ++j)
-      for (int64_t s = 0; s < S; ++s) {
-        int64_t plain = j * S + s, blocked = s * kBlock + j;
-        std::memcpy(out + (toBlocked ? blocked : plain) * eb,
-                    in + (toBlocked ? plain : blocked) * eb, eb);
-      }
-  }
+ChannelBlockReorder channelLayoutMove(const TensorArg &t, bool toBlocked) {
+  ChannelBlockReorder r;
+  r.N = t.shape[0];
+  r.C = t.shape[1];
+  r.S = t.numel / (r.N * r.C);
+  r.elemBytes = cpu::elemBytes(t.type);
+  r.toBlocked = toBlocked;
+  return r;
 }
 
 void ChannelLayoutKernel::run() {
   for (const Copy &c : before_)
-    c.conversion.run(c.src, c.dst);
+    c.move.run(c.src, c.dst);
   inner_->run();
   if (!inner_->asynchronous())
     for (const Copy &c : after_)
-      c.conversion.run(c.src, c.dst);
+      c.move.run(c.src, c.dst);
 }
 
 void ChannelLayoutKernel::finish() {
@@ -232,7 +200,7 @@ void ChannelLayoutKernel::finish() {
     return;
   inner_->finish();
   for (const Copy &c : after_)
-    c.conversion.run(c.src, c.dst);
+    c.move.run(c.src, c.dst);
 }
 
 } // namespace ampc::rt::cpu

@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "ChannelBlockReorder.h"
 #include "Kernel.h"
 
 #include <cstdint>
@@ -48,18 +49,9 @@ OperandLayout operandLayout(const plan::Plan &plan, const plan::Step &step, bool
 /// AMPC_CPU_LAYOUT=plain.
 std::vector<uint8_t> chooseChannelBlocked(const plan::Plan &plan);
 
-/// Moves a tensor between the plain layout and channel blocks of 16
-/// (ChannelBlockReorder where the CPU has it, else element by element).
-struct ChannelLayoutConversion {
-  int64_t N = 0, C = 0, S = 0;
-  size_t elemBytes = 4;
-  bool toBlocked = true;
-
-  static ChannelLayoutConversion of(const TensorArg &t, bool toBlocked);
-  void run(const void *src, void *dst) const;
-  /// The element-by-element move run() falls back to (tests compare it).
-  void runPortable(const void *src, void *dst) const;
-};
+/// The move of tensor `t` into channel blocks of 16 (toBlocked) or out of
+/// them.
+ChannelBlockReorder channelLayoutMove(const TensorArg &t, bool toBlocked);
 
 /// Runs `inner` on plain copies of some channel-blocked operands: converts
 /// each such input into its copy before the step, and each such output from
@@ -67,7 +59,7 @@ struct ChannelLayoutConversion {
 class ChannelLayoutKernel : public Kernel {
 public:
   struct Copy {
-    ChannelLayoutConversion conversion;
+    ChannelBlockReorder move;
     const void *src;
     void *dst;
   };

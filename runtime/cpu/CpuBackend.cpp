@@ -380,7 +380,7 @@ private:
     auto &buffer = layoutCopies_.emplace_back(std::make_unique<AlignedBuffer>());
     if (!buffer->allocate(planTensorBytes(plan_.tensors(id))))
       return false;
-    ChannelLayoutKernel::Copy c{ChannelLayoutConversion::of(a, output), nullptr, nullptr};
+    ChannelLayoutKernel::Copy c{channelLayoutMove(a, output), nullptr, nullptr};
     c.src = output ? buffer->get() : a.data;
     c.dst = output ? a.data : buffer->get();
     a.data = buffer->get();

@@ -131,10 +131,10 @@ TEST(ChannelBlockReorder, DeclinesOtherLayouts) {
       ChannelBlockReorder::match(plain(mat, dt::bf16), dnnl::memory::desc(mat, dt::bf16, tag::ba)));
 }
 
-/// The backend's conversions for activations it keeps in channel blocks
+/// The backend's moves of activations it keeps in channel blocks
 /// (ChannelLayout.h): the element-by-element fallback writes oneDNN's bytes
 /// too, for 2- and 4-byte elements, both ways.
-TEST(ChannelLayoutConversion, PortableMoveWritesOneDnnsBytes) {
+TEST(ChannelBlockReorder, PortableMoveWritesOneDnnsBytes) {
   for (dt type : {dt::bf16, dt::f32})
     for (const dnnl::memory::dims &dims : std::vector<dnnl::memory::dims>{
              {2, 32, 7, 5}, {1, 16, 33}, {3, 48, 2, 3, 4}}) {
@@ -155,13 +155,13 @@ TEST(ChannelLayoutConversion, PortableMoveWritesOneDnnsBytes) {
         t.type = type == dt::bf16 ? ampc::plan::BF16 : ampc::plan::F32;
         t.shape.assign(dims.begin(), dims.end());
         t.numel = static_cast<int64_t>(bytes / dnnl::memory::data_type_size(type));
-        auto conversion = ChannelLayoutConversion::of(t, toBlocked);
+        auto move = channelLayoutMove(t, toBlocked);
         std::fill(mine.begin(), mine.end(), 0xCD);
-        conversion.runPortable(in.data(), mine.data());
+        move.runPortable(in.data(), mine.data());
         EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes))
             << (toBlocked ? "to" : "from") << " blocked, rank " << dims.size();
         std::fill(mine.begin(), mine.end(), 0xCD);
-        conversion.run(in.data(), mine.data());
+        move.run(in.data(), mine.data());
         EXPECT_EQ(0, std::memcmp(theirs.data(), mine.data(), bytes)) << "run()";
       }
     }

@@ -192,7 +192,8 @@ Value *Node::addOutput(std::string name, TensorType type) {
     outputs_.push_back(nullptr);
     return nullptr;
   }
-  std::unique_ptr<Value> v(new Value(graph_, "", std::move(type), Value::Kind::NodeResult));
+  SlabPtr<Value> v(new (graph_->slab_.Allocate<Value>())
+                       Value(graph_, "", std::move(type), Value::Kind::NodeResult));
   v->id_ = graph_->nextValueId_++;
   if (name.empty())
     name = displayName();
@@ -260,7 +261,7 @@ int64_t Graph::opsetVersion(const std::string &domain) const {
 }
 
 Value *Graph::newValue(std::string name, TensorType type, Value::Kind kind) {
-  ownedValues_.emplace_back(new Value(this, "", std::move(type), kind));
+  ownedValues_.emplace_back(new (slab_.Allocate<Value>()) Value(this, "", std::move(type), kind));
   Value *v = ownedValues_.back().get();
   v->id_ = nextValueId_++;
   v->name_ = claimName(name, v);
@@ -355,7 +356,8 @@ Node *Graph::createNode(std::string opType, const std::vector<Value *> &inputs,
   // only version so far.
   if (!domain.empty() && !opsets.count(domain))
     opsets[domain] = 1;
-  std::unique_ptr<Node> node(new Node(this, std::move(opType), std::move(domain), std::move(name)));
+  SlabPtr<Node> node(new (slab_.Allocate<Node>())
+                         Node(this, std::move(opType), std::move(domain), std::move(name)));
   Node *n = node.get();
   n->id_ = nextNodeId_++;
   n->attrs_ = std::move(attrs);

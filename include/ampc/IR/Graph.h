@@ -13,6 +13,7 @@
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Allocator.h"
 
 #include <functional>
 #include <list>
@@ -65,6 +66,12 @@ struct Attribute {
 //===----------------------------------------------------------------------===//
 // Value
 //===----------------------------------------------------------------------===//
+
+/// Destroys an object the graph's slab holds; the memory goes with the graph.
+struct SlabDelete {
+  template <typename T> void operator()(T *p) const { p->~T(); }
+};
+template <typename T> using SlabPtr = std::unique_ptr<T, SlabDelete>;
 
 struct Use {
   Node *user;
@@ -234,9 +241,9 @@ private:
   /// (a value read by 10,000 optimizer updates made dead-code elimination
   /// quadratic).
   std::vector<unsigned> usePos_;
-  std::vector<std::unique_ptr<Value>> outputs_;
+  std::vector<SlabPtr<Value>> outputs_;
   std::map<std::string, Attribute> attrs_;
-  std::list<std::unique_ptr<Node>>::iterator self_;
+  std::list<SlabPtr<Node>>::iterator self_;
   unsigned id_ = 0;
 };
 
@@ -252,7 +259,7 @@ struct StateBinding {
 };
 
 class Graph {
-  using NodeList = std::list<std::unique_ptr<Node>>;
+  using NodeList = std::list<SlabPtr<Node>>;
 
 public:
   Graph() = default;
@@ -359,6 +366,9 @@ private:
   /// uniqueName(base), registered as v's name.
   std::string claimName(std::string_view base, Value *v);
 
+  /// Nodes and values, in creation order: walks of the graph read memory
+  /// in order rather than wherever the heap put each one.
+  llvm::BumpPtrAllocator slab_;
   NodeList nodes_;
   NodeList::iterator insertPos_ = nodes_.end();
   /// nodes() as a contiguous snapshot, rebuilt after the order changed:
@@ -366,7 +376,7 @@ private:
   /// walked a few times per pass.
   mutable std::vector<Node *> orderCache_;
   mutable bool orderCacheValid_ = false;
-  std::vector<std::unique_ptr<Value>> ownedValues_; // inputs and initializers
+  std::vector<SlabPtr<Value>> ownedValues_; // inputs and initializers
   std::vector<Value *> inputs_;
   std::vector<Value *> initializers_;
   std::vector<Value *> outputs_;

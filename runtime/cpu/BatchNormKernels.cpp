@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace ampc::rt::cpu {
 
@@ -89,6 +90,48 @@ inline void blockChannels(const float *perChannel, int64_t b, int64_t C, float *
 // BatchNormalization
 //===----------------------------------------------------------------------===//
 
+/// The step after the normalization when the backend lets it write that
+/// step's result (StepContext::reluOutput, NormEpilogue.h): Relu of Y, or of
+/// Y + R, for fp32 or bf16 storage (`Bf16`). Each value is rounded to the
+/// storage type where the unfused steps round it (Y as stored, then the
+/// Add's result), so the bits are theirs. Bit operations the compiler
+/// vectorizes, math::floatToBFloat16's rounding (nearest even, NaN quiet).
+template <bool Bf16> struct ReluEpilogue {
+  static AMPC_ROW_INLINE float round(float v) {
+    if constexpr (!Bf16) {
+      return v;
+    } else {
+      uint32_t x;
+      std::memcpy(&x, &v, 4);
+      uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) & 0xFFFF0000u;
+      uint32_t quiet = (x | 0x400000u) & 0xFFFF0000u;
+      x = (x & 0x7FFFFFFFu) > 0x7F800000u ? quiet : rounded;
+      std::memcpy(&v, &x, 4);
+      return v;
+    }
+  }
+  /// math::relu: -0 and NaN pass through.
+  static AMPC_ROW_INLINE float relu(float v) { return v < 0.0f ? 0.0f : v; }
+  AMPC_ROW_INLINE float operator()(float y) const { return relu(round(y)); }
+  AMPC_ROW_INLINE float operator()(float y, float r) const { return relu(round(round(y) + r)); }
+};
+
+/// Checks the epilogue's operands against Y; false (and no epilogue) when
+/// they do not match it, which the backend's analysis rules out.
+bool reluEpilogueFits(const StepContext &ctx, const TensorArg &y, std::string &error) {
+  const TensorArg &z = ctx.reluOutput, &r = ctx.reluResidual;
+  if (!z.data)
+    return true;
+  bool ok =
+      (y.type == plan::F32 || y.type == plan::BF16) && z.type == y.type && z.numel == y.numel &&
+      z.channelBlocked == y.channelBlocked &&
+      (!r.data || (r.type == y.type && r.numel == y.numel && r.channelBlocked == y.channelBlocked));
+  if (!ok)
+    error = "the Relu after BatchNormalization does not match its result: Y " + argString(y) +
+            ", Relu " + argString(z);
+  return ok;
+}
+
 std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &error) {
   for (unsigned i = 0; i < 5; ++i)
     if (!ctx.has(i)) {
@@ -107,8 +150,12 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
   int64_t N = x.shape[0], C = x.shape[1];
   int64_t pix = N * C != 0 ? x.numel / (N * C) : 0;
   const bool blocked = x.channelBlocked;
-  if (!sameChannelBlocks(x, y, error))
+  if (!sameChannelBlocks(x, y, error) || !reluEpilogueFits(ctx, y, error))
     return nullptr;
+  // With an epilogue the result goes to the Relu's tensor (Y is read by no
+  // one else), with R read as it is written.
+  const bool epilogue = ctx.reluOutput.data != nullptr;
+  const TensorArg out = epilogue ? ctx.reluOutput : y, res = ctx.reluResidual;
   for (const TensorArg *t : {&scale, &bias, &mean, &var})
     if (t->numel != C) {
       error = "scale, B, mean and var must have C elements";
@@ -131,6 +178,8 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
   const int64_t rowsAtOnce = blocked ? kBlock : 1;
   size_t offPart = layout.add<float>(rows), offChan = layout.add<float>(4 * C);
   size_t offRow = layout.add<float>(rowsAtOnce * pix * ctx.pool.size());
+  // withRow's buffer for R (unused: fp32 and bf16 are read in place).
+  size_t offRes = res.data ? layout.add<float>(rowsAtOnce * pix * ctx.pool.size()) : 0;
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
   return std::make_unique<LambdaKernel>([=, &pool] {
@@ -143,26 +192,60 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
       pool.parallelFor(rows / rowsAtOnce, std::max<int64_t>(1, minRowsFor(pix) / rowsAtOnce),
                        [&](int64_t u0, int64_t u1, int range) {
                          float *buf = at<float>(scratch->data(), offRow) + range * n;
+                         float *resBuf = at<float>(scratch->data(), offRes) + range * n;
                          forEachRow(
                              [&](int64_t u) AMPC_ROW_INLINE {
                                withRow(x, u * n, n, buf, [&](auto xu) AMPC_ROW_INLINE {
-                                 perUnit(u, xu, buf);
+                                 perUnit(u, xu, buf, resBuf);
                                });
                              },
                              u0, u1);
                        });
     };
+    // The result of a unit (n values from element `begin`): Y, or the
+    // epilogue's result. values(emit) calls emit(i, element i's normalized
+    // value) for every i, in the unit's loop order.
+    auto writeUnit = [&](int64_t begin, int64_t n, float *buf, float *resBuf,
+                         auto values) AMPC_ROW_INLINE {
+      // put(i, v): element i of the result. A bf16 epilogue's values are
+      // bf16 already: their top halves are stored as they are computed.
+      auto withEpilogue = [&](auto relu, auto put) AMPC_ROW_INLINE {
+        if (!res.data) {
+          values([&](int64_t i, float v) AMPC_ROW_INLINE { put(i, relu(v)); });
+          return;
+        }
+        withRow(res, begin, n, resBuf, [&](auto r) AMPC_ROW_INLINE {
+          values([&](int64_t i, float v) AMPC_ROW_INLINE { put(i, relu(v, r[i])); });
+        });
+      };
+      if (epilogue && out.type == plan::BF16) {
+        uint16_t *o = static_cast<uint16_t *>(out.data) + begin;
+        withEpilogue(ReluEpilogue<true>(), [&](int64_t i, float v) AMPC_ROW_INLINE {
+          uint32_t x;
+          std::memcpy(&x, &v, 4);
+          o[i] = static_cast<uint16_t>(x >> 16);
+        });
+        return;
+      }
+      float *o = rowOut(out, begin, buf);
+      auto put = [&](int64_t i, float v) AMPC_ROW_INLINE { o[i] = v; };
+      if (epilogue)
+        withEpilogue(ReluEpilogue<false>(), put);
+      else
+        values(put);
+      rowCommit(out, begin, n, o);
+    };
     // Each row's sum of f(X, center of its channel) into part: row by row,
     // or 16 rows at a time in channel blocks (the same bits).
     auto sumRows = [&](const float *center, auto f) {
       if (!blocked) {
-        pass([&](int64_t r, auto xr, float *) AMPC_ROW_INLINE {
+        pass([&](int64_t r, auto xr, float *, float *) AMPC_ROW_INLINE {
           float m = center ? center[r % C] : 0.0f;
           part[r] = laneSum(pix, [&](int64_t i) AMPC_ROW_INLINE { return f(xr[i], m); });
         });
         return;
       }
-      pass([&](int64_t b, auto xb, float *) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, float *, float *) AMPC_ROW_INLINE {
         float m[kBlock] = {};
         if (center)
           blockChannels(center, b, C, m);
@@ -200,27 +283,29 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
         if (stats[i].data)
           storeFloat(stats[i], c, values[i]);
     }
+    // The result may go in place over X's unit in buf: element i is read
+    // before it is written.
     if (blocked) {
-      pass([&](int64_t b, auto xb, float *buf) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, float *buf, float *resBuf) AMPC_ROW_INLINE {
         float m[kBlock], sc[kBlock], sh[kBlock];
         blockChannels(mu, b, C, m);
         blockChannels(mul, b, C, sc);
         blockChannels(add, b, C, sh);
-        float *yb = rowOut(y, b * kBlock * pix, buf);
-        for (int64_t p = 0; p < pix; ++p)
-          for (int c = 0; c < kBlock; ++c)
-            yb[p * kBlock + c] = (xb[p * kBlock + c] - m[c]) * sc[c] + sh[c];
-        rowCommit(y, b * kBlock * pix, kBlock * pix, yb);
+        writeUnit(b * kBlock * pix, kBlock * pix, buf, resBuf, [&](auto emit) AMPC_ROW_INLINE {
+          for (int64_t p = 0; p < pix; ++p)
+            for (int c = 0; c < kBlock; ++c)
+              emit(p * kBlock + c, (xb[p * kBlock + c] - m[c]) * sc[c] + sh[c]);
+        });
       });
       return;
     }
-    pass([&](int64_t r, auto xr, float *buf) AMPC_ROW_INLINE {
+    pass([&](int64_t r, auto xr, float *buf, float *resBuf) AMPC_ROW_INLINE {
       int64_t c = r % C;
       float m = mu[c], sc = mul[c], b = add[c];
-      float *yr = rowOut(y, r * pix, buf); // in place over X's row in buf is fine
-      for (int64_t p = 0; p < pix; ++p)
-        yr[p] = (xr[p] - m) * sc + b;
-      rowCommit(y, r * pix, pix, yr);
+      writeUnit(r * pix, pix, buf, resBuf, [&](auto emit) AMPC_ROW_INLINE {
+        for (int64_t p = 0; p < pix; ++p)
+          emit(p, (xr[p] - m) * sc + b);
+      });
     });
   });
 }

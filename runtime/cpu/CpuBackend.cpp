@@ -4,6 +4,7 @@
 
 #include "ChannelLayout.h"
 #include "Kernel.h"
+#include "NormEpilogue.h"
 
 #include "ampc/rt/PlanFile.h"
 
@@ -414,10 +415,47 @@ private:
     }
   }
 
+  /// The normalizations that write the Relu after them (NormEpilogue.h),
+  /// where the three tensors share a layout.
+  std::vector<NormEpilogue> epiloguesOf(const plan::Program &prog) const {
+    std::vector<NormEpilogue> e = normEpilogues(plan_, prog);
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      if (!e[s].fused)
+        continue;
+      int y = prog.steps(s).outputs(0), z = prog.steps(s + 1).outputs(0), r = e[s].residual;
+      if (blocked_[y] != blocked_[z] || (r >= 0 && blocked_[r] != blocked_[y]))
+        e[s] = NormEpilogue();
+    }
+    return e;
+  }
+
+  /// Operand `id` as the Relu step after a normalization binds it: as
+  /// stored, in channel blocks or not (epiloguesOf checked they agree).
+  TensorArg epilogueArg(int id) const {
+    TensorArg a = arg(id);
+    a.channelBlocked = id >= 0 && blocked_[id];
+    return a;
+  }
+
   bool prepareProgram(const plan::Program &prog, std::string &error) {
     Program out;
+    std::vector<NormEpilogue> epilogues = epiloguesOf(prog);
+    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT")) {
+      int fused = 0;
+      for (const NormEpilogue &e : epilogues)
+        fused += e.fused;
+      std::fprintf(
+          stderr,
+          "cpu epilogues: program '%s': %d BatchNormalization steps write the Relu after them\n",
+          prog.name().c_str(), fused);
+    }
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
+      if (s > 0 && epilogues[s - 1].fused) {
+        // Done by the normalization before it.
+        out.kernels.push_back(std::make_unique<LambdaKernel>([] {}));
+        continue;
+      }
       std::string where = "program '" + prog.name() + "' step " + std::to_string(s) + " (" +
                           step.op() + " '" + step.name() + "')";
       const KernelFactory *factory = findKernel(step.op());
@@ -425,8 +463,8 @@ private:
         error = where + ": the CPU backend has no kernel for '" + step.op() + "'";
         return false;
       }
-      StepContext ctx{plan_, step, {}, {}, *pool_, [this](int id) { return arg(id); },
-                      collective_};
+      StepContext ctx{plan_,       step, {}, {}, *pool_, [this](int id) { return arg(id); },
+                      collective_, {},   {}};
       std::vector<ChannelLayoutKernel::Copy> before, after;
       bool bound = true;
       for (int i = 0; i < step.inputs_size(); ++i)
@@ -436,6 +474,10 @@ private:
       if (!bound) {
         error = where + ": cannot allocate the plain copy of a channel-blocked operand";
         return false;
+      }
+      if (epilogues[s].fused) {
+        ctx.reluOutput = epilogueArg(prog.steps(s + 1).outputs(0));
+        ctx.reluResidual = epilogueArg(epilogues[s].residual);
       }
       std::string why;
       std::unique_ptr<Kernel> k = (*factory)(ctx, why);

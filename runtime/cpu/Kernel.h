@@ -129,6 +129,10 @@ struct StepContext {
   std::function<TensorArg(int)> constant;
   /// The data-parallel ranks (ampc.AllReduce); nullptr in one process.
   Collective *collective = nullptr;
+  /// BatchNormalization only: the Relu, or Relu(Y + reluResidual), of the
+  /// step after it, which it writes into `reluOutput` in place of Y
+  /// (NormEpilogue.h). No data: no epilogue.
+  TensorArg reluOutput, reluResidual;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;

@@ -9,79 +9,18 @@
 #include "GemmPlan.h"
 
 #include "../StepLowering.h"
+#include "ampc/rt/PlanQueries.h"
 
 #include <algorithm>
 #include <climits>
 
 namespace ampc::rt::cuda {
 
-namespace {
-
-int baseOf(const plan::Plan &p, int id) {
-  while (id >= 0 && id < p.tensors_size() && p.tensors(id).has_view_of())
-    id = p.tensors(id).view_of();
-  return id;
-}
-
-/// Whether tensors `x` and `y` may share bytes: the same base, or arena
-/// ranges that intersect (state and constants never share between tensors).
-bool mayOverlap(const plan::Plan &p, int x, int y) {
-  x = baseOf(p, x);
-  y = baseOf(p, y);
-  if (x < 0 || y < 0)
-    return false;
-  if (x == y)
-    return true;
-  const plan::Tensor &a = p.tensors(x), &b = p.tensors(y);
-  if (a.storage() != plan::ARENA || b.storage() != plan::ARENA)
-    return false;
-  uint64_t a0 = a.offset(), a1 = a0 + planTensorBytes(a);
-  uint64_t b0 = b.offset(), b1 = b0 + planTensorBytes(b);
-  return a0 < b1 && b0 < a1;
-}
-
-/// Step `t` is Relu of its one input into its one output.
-bool isRelu(const plan::Step &t) {
-  if (t.inputs_size() != 1 || t.outputs_size() != 1)
-    return false;
-  if (t.op() == "Relu")
-    return true;
-  if (t.op() != "ampc.Fused")
-    return false;
-  const plan::FusedProgram &f = t.fused();
-  return f.num_inputs() == 1 && f.instructions_size() == 1 && f.results_size() == 1 &&
-         f.results(0) == 1 && f.instructions(0).op() == "Relu" &&
-         f.instructions(0).args_size() == 1 && f.instructions(0).args(0) == 0 &&
-         f.instructions(0).attrs_size() == 0;
-}
-
-/// How many times tensor `id` is read or bound anywhere in the plan, views
-/// of it other than `except` counted as reads.
-int usesOf(const plan::Plan &p, int id, int except) {
-  int uses = 0;
-  for (const plan::Program &prog : p.programs()) {
-    for (const plan::Step &s : prog.steps())
-      for (int in : s.inputs())
-        uses += in == id;
-    for (const plan::Binding &b : prog.inputs())
-      uses += b.tensor() == id;
-    for (const plan::Binding &b : prog.outputs())
-      uses += b.tensor() == id;
-    for (const plan::StateUpdate &u : prog.updates())
-      uses += (u.state() == id) + (u.updated() == id);
-  }
-  for (const plan::Tensor &t : p.tensors())
-    uses += t.has_view_of() && t.view_of() == id && &t != &p.tensors(except);
-  return uses;
-}
-
-} // namespace
-
 std::vector<int> reluEpilogueSteps(const plan::Plan &p, const plan::Program &prog) {
   std::vector<int> relu(prog.steps_size(), -1);
   for (int s = 0; s + 1 < prog.steps_size(); ++s) {
     const plan::Step &g = prog.steps(s), &t = prog.steps(s + 1);
-    if ((g.op() != "MatMul" && g.op() != "Gemm") || g.outputs_size() != 1 || !isRelu(t))
+    if ((g.op() != "MatMul" && g.op() != "Gemm") || g.outputs_size() != 1 || !isReluStep(t))
       continue;
     int h = g.outputs(0), r = t.outputs(0);
     if (h < 0 || r < 0 || t.inputs(0) != h || h >= p.tensors_size() || r >= p.tensors_size())
@@ -90,15 +29,15 @@ std::vector<int> reluEpilogueSteps(const plan::Plan &p, const plan::Program &pro
     // view of its result or the other way round: the GEMM then writes those
     // bytes either way.
     const plan::Tensor &ht = p.tensors(h), &rt = p.tensors(r);
-    if ((ht.has_view_of() && baseOf(p, h) != baseOf(p, r)) ||
-        p.tensors(baseOf(p, h)).storage() != plan::ARENA || rt.type() != ht.type() ||
+    if ((ht.has_view_of() && planBaseTensor(p, h) != planBaseTensor(p, r)) ||
+        p.tensors(planBaseTensor(p, h)).storage() != plan::ARENA || rt.type() != ht.type() ||
         planNumElements(rt) != planNumElements(ht) || planNumElements(ht) == 0 ||
-        usesOf(p, h, r) != 1)
+        planTensorUses(p, h, r) != 1)
       continue;
     bool ok = true;
     for (int in : g.inputs())
       if (in >= 0)
-        ok = ok && planNumElements(p.tensors(in)) > 0 && !mayOverlap(p, in, r);
+        ok = ok && planNumElements(p.tensors(in)) > 0 && !planTensorsMayOverlap(p, in, r);
     if (ok)
       relu[s] = s + 1;
   }

@@ -1,0 +1,88 @@
+//===- NormEpilogue.cpp - BatchNormalization writing the Relu after it ----===//
+
+#include "NormEpilogue.h"
+
+#include "ampc/rt/PlanFile.h"
+#include "ampc/rt/PlanQueries.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ampc::rt::cpu {
+
+namespace {
+
+bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
+
+/// Whether step `act` (right after normalization `bn`) can be done by it:
+/// `residual` gets R's id, or -1.
+bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, int &residual) {
+  residual = -1;
+  bool relu = isReluStep(act), addRelu = !relu && isAddReluStep(act);
+  if (!relu && !addRelu)
+    return false;
+  if (bn.outputs_size() < 1 || !validId(p, bn.outputs(0)) || !validId(p, act.outputs(0)))
+    return false;
+  int y = bn.outputs(0), z = act.outputs(0);
+  if (addRelu) {
+    if (act.inputs(0) == act.inputs(1))
+      return false;
+    residual = act.inputs(0) == y ? act.inputs(1) : act.inputs(0);
+    if ((act.inputs(0) != y && act.inputs(1) != y) || !validId(p, residual))
+      return false;
+  } else if (act.inputs(0) != y) {
+    return false;
+  }
+  const plan::Tensor &yt = p.tensors(y), &zt = p.tensors(z);
+  int64_t n = planNumElements(yt);
+  // Y, Z and R: one type and element count (no broadcast), and that type is
+  // the Add's and the Relu's, so each rounds as the fused step would.
+  if (n == 0 || zt.type() != yt.type() || planNumElements(zt) != n ||
+      !(yt.type() == plan::F32 || yt.type() == plan::BF16))
+    return false;
+  if (addRelu) {
+    const plan::Tensor &rt = p.tensors(residual);
+    if (rt.type() != yt.type() || planNumElements(rt) != n ||
+        act.fused().instructions(0).type() != yt.type())
+      return false;
+  }
+  // Y is read by that step alone (a view of Y other than Z counts as a read),
+  // and lives in the arena (not state the host sees).
+  if (planTensorUses(p, y, z) != 1 || p.tensors(planBaseTensor(p, y)).storage() != plan::ARENA)
+    return false;
+  // Z is written while the normalization reads its operands and writes its
+  // statistics: it may share no byte with them. Y's bytes are Z's to use
+  // (only the Relu reads Y); R may be Z's own bytes from the same first byte
+  // (the Add in place), as each element of R is read before Z's is written.
+  for (int in : bn.inputs())
+    if (in >= 0 && planTensorsMayOverlap(p, in, z))
+      return false;
+  for (int i = 1; i < bn.outputs_size(); ++i)
+    if (bn.outputs(i) >= 0 && planTensorsMayOverlap(p, bn.outputs(i), z))
+      return false;
+  if (residual >= 0 && planTensorsMayOverlap(p, residual, z) &&
+      !planTensorsStartTogether(p, residual, z))
+    return false;
+  return true;
+}
+
+} // namespace
+
+std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program &prog) {
+  std::vector<NormEpilogue> out(prog.steps_size());
+  if (const char *v = std::getenv("AMPC_CPU_EPILOGUES"); v && std::strcmp(v, "off") == 0)
+    return out;
+  for (int s = 0; s + 1 < prog.steps_size(); ++s) {
+    const plan::Step &bn = prog.steps(s);
+    if (bn.op() != "BatchNormalization" || out[s].fused)
+      continue;
+    int residual = -1;
+    if (!fusable(p, bn, prog.steps(s + 1), residual))
+      continue;
+    out[s].fused = true;
+    out[s].residual = residual;
+  }
+  return out;
+}
+
+} // namespace ampc::rt::cpu

@@ -1,0 +1,41 @@
+//===- PlanQueries.h - What load-time fusions ask of a plan -----*- C++ -*-===//
+//
+// A backend that merges two steps when it loads a plan (the CUDA GEMM's Relu
+// epilogue, the CPU normalization's) must know that the bytes it writes early
+// are read by no one else and clobber nothing still needed: these answer
+// that from the plan alone.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "plan.pb.h"
+
+namespace ampc::rt {
+
+/// The tensor whose storage `id` uses: itself, or the base of its views.
+int planBaseTensor(const plan::Plan &p, int id);
+
+/// Whether tensors `x` and `y` may share bytes: the same base, or arena
+/// ranges that intersect (state and constants never share between tensors).
+bool planTensorsMayOverlap(const plan::Plan &p, int x, int y);
+
+/// Whether `x` and `y` are the same bytes from the same first byte (the same
+/// base, or arena ranges starting at the same offset): an elementwise step
+/// may then write one while it reads the other, element by element.
+bool planTensorsStartTogether(const plan::Plan &p, int x, int y);
+
+/// How many times tensor `id` is read or bound anywhere in the plan (step
+/// operands, program bindings, state updates), views of it other than
+/// tensor `exceptView` counted as reads.
+int planTensorUses(const plan::Plan &p, int id, int exceptView);
+
+/// Step `t` is Relu of its one input into its one output (a Relu step, or
+/// an ampc.Fused program of that one instruction).
+bool isReluStep(const plan::Step &t);
+
+/// Step `t` is an ampc.Fused program computing Relu(in0 + in1) into its one
+/// output, both instructions in the output's type (each rounded to it, as
+/// the unfused Add and Relu would be).
+bool isAddReluStep(const plan::Step &t);
+
+} // namespace ampc::rt

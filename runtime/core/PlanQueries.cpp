@@ -14,41 +14,43 @@ int planBaseTensor(const plan::Plan &p, int id) {
 
 namespace {
 
-/// The arena byte range of base tensor `id`, or false when it is not in
-/// the arena.
-bool arenaRange(const plan::Plan &p, int id, uint64_t &begin, uint64_t &end) {
-  const plan::Tensor &t = p.tensors(id);
-  if (t.storage() != plan::ARENA)
+/// The byte ranges of the storage under `x` and `y`: false when either is
+/// not a tensor; `same` when it is one storage; otherwise the arena ranges
+/// in [x0, x1) and [y0, y1), `arena` false when either is not in the arena.
+struct Storage {
+  bool same = false, arena = false;
+  uint64_t x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+};
+
+bool storageOf(const plan::Plan &p, int x, int y, Storage &s) {
+  x = planBaseTensor(p, x);
+  y = planBaseTensor(p, y);
+  if (x < 0 || y < 0 || x >= p.tensors_size() || y >= p.tensors_size())
     return false;
-  begin = t.offset();
-  end = begin + planTensorBytes(t);
+  s.same = x == y;
+  const plan::Tensor &a = p.tensors(x), &b = p.tensors(y);
+  s.arena = a.storage() == plan::ARENA && b.storage() == plan::ARENA;
+  s.x0 = a.offset();
+  s.x1 = s.x0 + planTensorBytes(a);
+  s.y0 = b.offset();
+  s.y1 = s.y0 + planTensorBytes(b);
   return true;
 }
 
 } // namespace
 
 bool planTensorsMayOverlap(const plan::Plan &p, int x, int y) {
-  x = planBaseTensor(p, x);
-  y = planBaseTensor(p, y);
-  if (x < 0 || y < 0 || x >= p.tensors_size() || y >= p.tensors_size())
+  Storage s;
+  if (!storageOf(p, x, y, s))
     return false;
-  if (x == y)
-    return true;
-  uint64_t a0, a1, b0, b1;
-  if (!arenaRange(p, x, a0, a1) || !arenaRange(p, y, b0, b1))
-    return false;
-  return a0 < b1 && b0 < a1;
+  return s.same || (s.arena && s.x0 < s.y1 && s.y0 < s.x1);
 }
 
 bool planTensorsStartTogether(const plan::Plan &p, int x, int y) {
-  x = planBaseTensor(p, x);
-  y = planBaseTensor(p, y);
-  if (x < 0 || y < 0 || x >= p.tensors_size() || y >= p.tensors_size())
+  Storage s;
+  if (!storageOf(p, x, y, s))
     return false;
-  if (x == y)
-    return true;
-  uint64_t a0, a1, b0, b1;
-  return arenaRange(p, x, a0, a1) && arenaRange(p, y, b0, b1) && a0 == b0;
+  return s.same || (s.arena && s.x0 == s.y0);
 }
 
 int planTensorUses(const plan::Plan &p, int id, int exceptView) {

@@ -6,10 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "ampc/IR/Graph.h"
-#include "ampc/Lower/Lower.h"
-#include "ampc/ONNX/Import.h"
-#include "ampc/rt/PlanFile.h"
+#include "FixturePlans.h"
 
 #include "cpu/NormEpilogue.h"
 
@@ -27,23 +24,6 @@ std::string model(const std::string &body, const std::string &outputs) {
          "g (float[2,16,4,4] x, float[2,16,4,4] res, float[16] s, float[16] b, float[16] m, "
          "float[16] v) => (" +
          outputs + ") {\ny = BatchNormalization(x, s, b, m, v)\n" + body + "\n}";
-}
-
-bool planOf(const std::string &text, bool fuse, plan::Plan &out) {
-  auto g = importModelText(text, "bn");
-  if (!g) {
-    ADD_FAILURE() << llvm::toString(g.takeError()) << "\n" << text;
-    return false;
-  }
-  LowerOptions lo;
-  lo.fuseElementwise = fuse;
-  auto p = lowerToPlan(**g, lo);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return false;
-  }
-  out = std::move(*p);
-  return true;
 }
 
 /// The normalization steps given an epilogue, as (step, residual) pairs.
@@ -80,7 +60,7 @@ TEST(CpuNormEpilogue, ReluOrAddReluThatAloneReadsTheResult) {
   for (const Case &c : cases) {
     SCOPED_TRACE(c.body + " => " + c.outputs + (c.fuse ? " (fused)" : ""));
     plan::Plan p;
-    ASSERT_TRUE(planOf(model(c.body, c.outputs), c.fuse, p));
+    ASSERT_TRUE(test::planFromText(model(c.body, c.outputs), c.fuse, p));
     auto fused = fusedSteps(p);
     if (c.expected < 0) {
       EXPECT_TRUE(fused.empty());
@@ -103,7 +83,8 @@ TEST(CpuNormEpilogue, ReluOrAddReluThatAloneReadsTheResult) {
 /// overlap it otherwise.
 TEST(CpuNormEpilogue, ResultClobbersNothingTheNormalizationStillReads) {
   plan::Plan p;
-  ASSERT_TRUE(planOf(model("a = Add(y, res)\nr = Relu(a)", "float[2,16,4,4] r"), true, p));
+  ASSERT_TRUE(
+      test::planFromText(model("a = Add(y, res)\nr = Relu(a)", "float[2,16,4,4] r"), true, p));
   ASSERT_EQ(fusedSteps(p).size(), 1u);
   const plan::Program &prog = p.programs(0);
   int s = fusedSteps(p)[0].first;

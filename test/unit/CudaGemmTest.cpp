@@ -235,23 +235,6 @@ std::string model(const char *type, const std::string &body, const std::string &
          "[10,12] w, " + t + "[10] c) => (" + outputs + ") {\n" + body + "\n}";
 }
 
-bool planOf(const std::string &text, bool fuse, plan::Plan &out) {
-  auto g = importModelText(text, "gemm");
-  if (!g) {
-    ADD_FAILURE() << llvm::toString(g.takeError()) << "\n" << text;
-    return false;
-  }
-  LowerOptions lo;
-  lo.fuseElementwise = fuse;
-  auto p = lowerToPlan(**g, lo);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return false;
-  }
-  out = std::move(*p);
-  return true;
-}
-
 TEST(CudaGemmPlan, ReluRunsAsTheEpilogueOnlyWhenNothingElseReadsTheProduct) {
   const std::string gemmRelu = "y = Gemm <transB = 1> (a, w, c)\nr = Relu(y)";
   struct Case {
@@ -272,7 +255,7 @@ TEST(CudaGemmPlan, ReluRunsAsTheEpilogueOnlyWhenNothingElseReadsTheProduct) {
     if (body.find("w2") != std::string::npos)
       body = "w2 = Transpose(w)\n" + body;
     plan::Plan p;
-    ASSERT_TRUE(planOf(model("float", body, c.outputs), c.fuse, p));
+    ASSERT_TRUE(test::planFromText(model("float", body, c.outputs), c.fuse, p));
     std::vector<int> relu = rcuda::reluEpilogueSteps(p, p.programs(0));
     int fused = 0;
     for (int s = 0; s < static_cast<int>(relu.size()); ++s)
@@ -289,8 +272,8 @@ TEST(CudaGemmPlan, ReluRunsAsTheEpilogueOnlyWhenNothingElseReadsTheProduct) {
 /// result on the bytes of an operand may not.
 TEST(CudaGemmPlan, InPlaceReluEitherWayButNotOverAnOperand) {
   plan::Plan p;
-  ASSERT_TRUE(planOf(model("float", "y = Gemm <transB = 1> (a, w, c)\nr = Relu(y)", "float[6,10] r"),
-                     true, p));
+  ASSERT_TRUE(test::planFromText(
+      model("float", "y = Gemm <transB = 1> (a, w, c)\nr = Relu(y)", "float[6,10] r"), true, p));
   const plan::Program &prog = p.programs(0);
   ASSERT_EQ(prog.steps_size(), 2);
   int y = prog.steps(0).outputs(0), r = prog.steps(1).outputs(0);
@@ -546,7 +529,7 @@ void compareEpilogues(const BackendFactory &make) {
     for (const std::string &body : bodies) {
       SCOPED_TRACE(std::string(type) + ": " + body);
       plan::Plan p;
-      ASSERT_TRUE(planOf(model(type, body, std::string(type) + "[6,10] r"), true, p));
+      ASSERT_TRUE(test::planFromText(model(type, body, std::string(type) + "[6,10] r"), true, p));
       std::mt19937_64 rng(std::hash<std::string>()(body + type));
       std::uniform_real_distribution<double> u(-1, 1);
       std::map<std::string, Tensor> feeds;

@@ -5,6 +5,7 @@
 
 #include "ampc/IR/Graph.h"
 #include "ampc/Lower/Lower.h"
+#include "ampc/ONNX/Import.h"
 #include "ampc/Pass/Pass.h"
 #include "ampc/Passes/Passes.h"
 
@@ -54,6 +55,23 @@ bool compileTrainingPlan(const std::string &fixture, const std::string &precisio
   LowerOptions lo;
   lo.modelParameters = params;
   auto p = lowerToPlan(*g, lo);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return false;
+  }
+  out = std::move(*p);
+  return true;
+}
+
+bool planFromText(const std::string &text, bool fuseElementwise, plan::Plan &out) {
+  auto g = importModelText(text, "model");
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError()) << "\n" << text;
+    return false;
+  }
+  LowerOptions lo;
+  lo.fuseElementwise = fuseElementwise;
+  auto p = lowerToPlan(**g, lo);
   if (!p) {
     ADD_FAILURE() << llvm::toString(p.takeError());
     return false;

@@ -2,7 +2,7 @@
 //
 // A fixture's training step compiled as `amp-opt --train` compiles it (the
 // pass pipeline spelled out, so a test can add accumulate or data-parallel),
-// shared by the CUDA backend's tests.
+// shared by the CUDA backend's tests; small text models lowered as they are.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -24,5 +24,9 @@ std::string trainingPipeline(const std::string &precision, const std::string &op
 bool compileTrainingPlan(const std::string &fixture, const std::string &precision,
                          const std::string &optimizer, plan::Plan &out, int accumulate = 1,
                          bool dataParallel = false);
+
+/// An ONNX text model lowered to a plan as it is, with or without the
+/// elementwise fusion (load-time fusion tests). False after a test failure.
+bool planFromText(const std::string &text, bool fuseElementwise, plan::Plan &out);
 
 } // namespace ampc::test

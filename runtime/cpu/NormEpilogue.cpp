@@ -47,8 +47,11 @@ bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, i
       return false;
   }
   // Y is read by that step alone (a view of Y other than Z counts as a read),
-  // and lives in the arena (not state the host sees).
-  if (planTensorUses(p, y, z) != 1 || p.tensors(planBaseTensor(p, y)).storage() != plan::ARENA)
+  // lives in the arena (not state the host sees), and its bytes are its own
+  // or Z's (a Y on another tensor's bytes, an update in place, must be
+  // written).
+  if (planTensorUses(p, y, z) != 1 || p.tensors(planBaseTensor(p, y)).storage() != plan::ARENA ||
+      (p.tensors(y).has_view_of() && planBaseTensor(p, y) != planBaseTensor(p, z)))
     return false;
   // Z is written while the normalization reads its operands and writes its
   // statistics: it may share no byte with them. Y's bytes are Z's to use

@@ -109,4 +109,20 @@ TEST(CpuNormEpilogue, ResultClobbersNothingTheNormalizationStillReads) {
   EXPECT_TRUE(fusedSteps(moved(prog.steps(s).inputs(1), zOff)).empty()) << "Z over scale";
   EXPECT_TRUE(fusedSteps(moved(res, zOff + 64)).empty()) << "R partly over Z";
   EXPECT_EQ(fusedSteps(moved(res, zOff)).size(), 1u) << "R in place under Z";
+  // Y on the bytes of another tensor (an update in place): it must be
+  // written. On Z's own bytes (the Relu in place) it need not.
+  int y = prog.steps(s).outputs(0);
+  plan::Plan onX = p;
+  onX.mutable_tensors(y)->set_view_of(x);
+  EXPECT_TRUE(fusedSteps(onX).empty()) << "Y a view of X";
+  plan::Plan onZ = p;
+  plan::Tensor &ty = *onZ.mutable_tensors(y), &tz = *onZ.mutable_tensors(z);
+  if (tz.has_view_of()) { // the planner put Z on Y's bytes: the other way round
+    ty.clear_view_of();
+    tz.clear_view_of();
+    tz.set_storage(plan::ARENA);
+    tz.set_offset(p.tensors(base(p, z)).offset());
+  }
+  ty.set_view_of(z);
+  EXPECT_EQ(fusedSteps(onZ).size(), 1u) << "Y a view of Z";
 }

@@ -40,10 +40,11 @@ bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, i
   if (n == 0 || zt.type() != yt.type() || planNumElements(zt) != n ||
       !(yt.type() == plan::F32 || yt.type() == plan::BF16))
     return false;
+  if (act.op() == "ampc.Fused" && act.fused().instructions(0).type() != yt.type())
+    return false;
   if (addRelu) {
     const plan::Tensor &rt = p.tensors(residual);
-    if (rt.type() != yt.type() || planNumElements(rt) != n ||
-        act.fused().instructions(0).type() != yt.type())
+    if (rt.type() != yt.type() || planNumElements(rt) != n)
       return false;
   }
   // Y is read by that step alone (a view of Y other than Z counts as a read),

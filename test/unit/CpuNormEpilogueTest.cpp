@@ -125,4 +125,11 @@ TEST(CpuNormEpilogue, ResultClobbersNothingTheNormalizationStillReads) {
   }
   ty.set_view_of(z);
   EXPECT_EQ(fusedSteps(onZ).size(), 1u) << "Y a view of Z";
+  // The fused step rounding its Add to another type than Y's: its values
+  // are not the epilogue's.
+  plan::Plan otherType = p;
+  plan::FusedProgram &f = *otherType.mutable_programs(0)->mutable_steps(s + 1)->mutable_fused();
+  f.mutable_instructions(0)->set_type(plan::BF16);
+  f.mutable_instructions(1)->set_type(plan::BF16);
+  EXPECT_TRUE(fusedSteps(otherType).empty()) << "the Add in bf16";
 }

@@ -178,8 +178,6 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
   const int64_t rowsAtOnce = blocked ? kBlock : 1;
   size_t offPart = layout.add<float>(rows), offChan = layout.add<float>(4 * C);
   size_t offRow = layout.add<float>(rowsAtOnce * pix * ctx.pool.size());
-  // withRow's buffer for R (unused: fp32 and bf16 are read in place).
-  size_t offRes = res.data ? layout.add<float>(rowsAtOnce * pix * ctx.pool.size()) : 0;
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
   return std::make_unique<LambdaKernel>([=, &pool] {
@@ -192,12 +190,10 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
       pool.parallelFor(rows / rowsAtOnce, std::max<int64_t>(1, minRowsFor(pix) / rowsAtOnce),
                        [&](int64_t u0, int64_t u1, int range) {
                          float *buf = at<float>(scratch->data(), offRow) + range * n;
-                         float *resBuf = at<float>(scratch->data(), offRes) + range * n;
                          forEachRow(
                              [&](int64_t u) AMPC_ROW_INLINE {
-                               withRow(x, u * n, n, buf, [&](auto xu) AMPC_ROW_INLINE {
-                                 perUnit(u, xu, buf, resBuf);
-                               });
+                               withRow(x, u * n, n, buf,
+                                       [&](auto xu) AMPC_ROW_INLINE { perUnit(u, xu, buf); });
                              },
                              u0, u1);
                        });
@@ -205,8 +201,7 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
     // The result of a unit (n values from element `begin`): Y, or the
     // epilogue's result. values(emit) calls emit(i, element i's normalized
     // value) for every i, in the unit's loop order.
-    auto writeUnit = [&](int64_t begin, int64_t n, float *buf, float *resBuf,
-                         auto values) AMPC_ROW_INLINE {
+    auto writeUnit = [&](int64_t begin, int64_t n, float *buf, auto values) AMPC_ROW_INLINE {
       // put(i, v): element i of the result. A bf16 epilogue's values are
       // bf16 already: their top halves are stored as they are computed.
       auto withEpilogue = [&](auto relu, auto put) AMPC_ROW_INLINE {
@@ -214,7 +209,8 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
           values([&](int64_t i, float v) AMPC_ROW_INLINE { put(i, relu(v)); });
           return;
         }
-        withRow(res, begin, n, resBuf, [&](auto r) AMPC_ROW_INLINE {
+        // R is fp32 or bf16 (reluEpilogueFits): read in place, no buffer.
+        withRow(res, begin, n, nullptr, [&](auto r) AMPC_ROW_INLINE {
           values([&](int64_t i, float v) AMPC_ROW_INLINE { put(i, relu(v, r[i])); });
         });
       };
@@ -239,13 +235,13 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
     // or 16 rows at a time in channel blocks (the same bits).
     auto sumRows = [&](const float *center, auto f) {
       if (!blocked) {
-        pass([&](int64_t r, auto xr, float *, float *) AMPC_ROW_INLINE {
+        pass([&](int64_t r, auto xr, float *) AMPC_ROW_INLINE {
           float m = center ? center[r % C] : 0.0f;
           part[r] = laneSum(pix, [&](int64_t i) AMPC_ROW_INLINE { return f(xr[i], m); });
         });
         return;
       }
-      pass([&](int64_t b, auto xb, float *, float *) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, float *) AMPC_ROW_INLINE {
         float m[kBlock] = {};
         if (center)
           blockChannels(center, b, C, m);
@@ -286,12 +282,12 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
     // The result may go in place over X's unit in buf: element i is read
     // before it is written.
     if (blocked) {
-      pass([&](int64_t b, auto xb, float *buf, float *resBuf) AMPC_ROW_INLINE {
+      pass([&](int64_t b, auto xb, float *buf) AMPC_ROW_INLINE {
         float m[kBlock], sc[kBlock], sh[kBlock];
         blockChannels(mu, b, C, m);
         blockChannels(mul, b, C, sc);
         blockChannels(add, b, C, sh);
-        writeUnit(b * kBlock * pix, kBlock * pix, buf, resBuf, [&](auto emit) AMPC_ROW_INLINE {
+        writeUnit(b * kBlock * pix, kBlock * pix, buf, [&](auto emit) AMPC_ROW_INLINE {
           for (int64_t p = 0; p < pix; ++p)
             for (int c = 0; c < kBlock; ++c)
               emit(p * kBlock + c, (xb[p * kBlock + c] - m[c]) * sc[c] + sh[c]);
@@ -299,10 +295,10 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
       });
       return;
     }
-    pass([&](int64_t r, auto xr, float *buf, float *resBuf) AMPC_ROW_INLINE {
+    pass([&](int64_t r, auto xr, float *buf) AMPC_ROW_INLINE {
       int64_t c = r % C;
       float m = mu[c], sc = mul[c], b = add[c];
-      writeUnit(r * pix, pix, buf, resBuf, [&](auto emit) AMPC_ROW_INLINE {
+      writeUnit(r * pix, pix, buf, [&](auto emit) AMPC_ROW_INLINE {
         for (int64_t p = 0; p < pix; ++p)
           emit(p, (xr[p] - m) * sc + b);
       });

@@ -78,7 +78,7 @@ std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program
     return out;
   for (int s = 0; s + 1 < prog.steps_size(); ++s) {
     const plan::Step &bn = prog.steps(s);
-    if (bn.op() != "BatchNormalization" || out[s].fused)
+    if (bn.op() != "BatchNormalization")
       continue;
     int residual = -1;
     if (!fusable(p, bn, prog.steps(s + 1), residual))

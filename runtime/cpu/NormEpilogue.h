@@ -2,9 +2,9 @@
 //
 // In a CNN every BatchNormalization's result goes to a Relu, or to an Add
 // with the residual and then a Relu, and nowhere else. The backend lets the
-// normalization write that step's result instead (StepContext::relu) and
-// skips the step: one pass over the activation fewer, and its result read
-// once fewer (ResNet-20: 19 of its 49 elementwise steps). Decided when the
+// normalization write that step's result instead (StepContext::reluOutput)
+// and skips the step: one pass over the activation fewer (ResNet-20: 19 of
+// its 21 normalizations in fp32, 18 in bf16). Decided when the
 // plan is loaded; the plan does not change.
 //
 //===----------------------------------------------------------------------===//

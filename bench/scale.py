@@ -3,15 +3,19 @@
 Run by bench/scale.sh (a current PyTorch from PyPI in a venv). Prints markdown tables:
   1. amp-opt --train --precision=fp16 --optimizer=adamw on the generated residual MLPs of
      5k/10k/20k/40k nodes: best wall time of --repeat runs, peak memory, ratio per doubling;
+     then 10k against 20k nodes, --pairs runs of each alternating, each phase's wall time from
+     --time-passes: medians per phase and the total's ratio pair by pair (this host's speed
+     drifts by more than the 5% the goal allows, so sizes are compared minute by minute);
   2. amp-opt on GPT-2 small and medium in fp32, bf16, fp16: wall time, peak memory, plan size;
   3. one training step of GPT-2 small: amp-run (fp32, bf16) against PyTorch eager (fp32, bf16
      autocast), AdamW, same weights, batch and threads: median step time, peak resident memory.
 Models are generated with a fixed seed into --out when missing (never committed).
 Usage: bench/scale.sh [--build build] [--out bench/out] [--threads 2] [--repeat 3] [--steps 4]
-       [--skip-medium] [--skip-torch]
+       [--pairs 15] [--skip-medium] [--skip-torch]
 """
 import argparse
 import json
+import re
 import os
 import resource
 import statistics
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -60,6 +65,56 @@ def residual_table(a, amp_opt):
         ratio = "%.2f" % (wall / prev) if prev else ""
         print("| %d | %.3f | %s | %s |" % (n, wall, ratio, mb(peak)))
         prev = wall
+
+
+# One row of LLVM's timer table: (seconds, percent) columns, the last the wall time, then the name.
+TIMER_ROW = re.compile(r"([\d.]+) \(\s*[\d.]+%\)")
+
+
+def phase_times(cmd):
+    """Runs cmd with --time-passes; returns {phase: wall seconds}, the sum as 'Total'."""
+    err = subprocess.run(cmd + ["--time-passes"], check=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True).stderr
+    times = {}
+    for line in err.splitlines():
+        cells = TIMER_ROW.findall(line)
+        if cells:
+            times[line[line.rindex("%)") + 2:].strip()] = float(cells[-1])
+    if "Total" not in times:
+        raise RuntimeError("no --time-passes table from: " + " ".join(cmd))
+    return times
+
+
+def linearity_table(a, amp_opt, small=10000, large=20000):
+    """Issue #13's linearity goal, phase by phase: `large` nodes against `small`, alternating."""
+    models = {}
+    for n in (small, large):
+        models[n] = os.path.join(a.out, "residual_mlp_%d.onnx" % n)
+        if not os.path.exists(models[n]):
+            make_models.residual_mlp(models[n], n // 5)
+    per = {small: defaultdict(list), large: defaultdict(list)}
+    ratios = []
+    for i in range(a.pairs):
+        got = {}
+        for n in ((small, large) if i % 2 == 0 else (large, small)):
+            got[n] = phase_times([amp_opt, models[n], "--train", "--precision=fp16",
+                                  "--optimizer=adamw", "-o", os.path.join(a.out, "residual.plan")])
+            for phase, sec in got[n].items():
+                per[n][phase].append(sec)
+        ratios.append(got[large]["Total"] / got[small]["Total"])
+    med = statistics.median
+    print("| phase (`--time-passes`, wall) | %d nodes, median s | %d nodes, median s | ratio |"
+          % (small, large))
+    print("|---|---|---|---|")
+    phases = sorted((p for p in per[large] if p != "Total"), key=lambda p: -med(per[large][p]))
+    for phase in phases + ["Total"]:
+        x, y = med(per[small][phase]), med(per[large][phase])
+        name = "**Total**" if phase == "Total" else phase
+        print("| %s | %.4f | %.4f | %s |" % (name, x, y, "%.2f" % (y / x) if x > 0 else ""))
+    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+    print("\nTotal, %d nodes over %d, pair by pair (%d pairs, sizes alternating): median %.3f, "
+          "quartiles %.3f-%.3f, range %.3f-%.3f" % (large, small, len(ratios), med(ratios), q[0],
+                                                     q[2], min(ratios), max(ratios)))
 
 
 def gpt2_model(a, size):
@@ -149,6 +204,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--pairs", type=int, default=15,
+                    help="10k/20k-node compiles for the per-phase linearity table (0: skip)")
     ap.add_argument("--skip-medium", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
     a = ap.parse_args()
@@ -157,6 +214,9 @@ def main():
     amp_run = os.path.join(a.build, "bin", "amp-run")
     print("## Residual MLP, amp-opt --train --precision=fp16 --optimizer=adamw\n")
     residual_table(a, amp_opt)
+    if a.pairs > 0:
+        print("\n## Linearity, 10,000 against 20,000 nodes, per phase\n")
+        linearity_table(a, amp_opt)
     print("\n## GPT-2 compile, amp-opt --train --precision=P --optimizer=adamw\n")
     compile_table(a, amp_opt, ("small",) if a.skip_medium else ("small", "medium"))
     print("\n## GPT-2 small training step, AdamW\n")

@@ -246,6 +246,34 @@ struct FloatNode {
   std::vector<FloatNode *> preds, succs;
 };
 
+/// Whether `v` is an initializer whose every element is `want`.
+bool isConstantOf(const Value *v, double want) {
+  const Tensor *t = v && v->isInitializer() ? v->data() : nullptr;
+  if (!t || t->size() == 0)
+    return false;
+  for (int64_t i = 0; i < t->size(); ++i)
+    if (t->getDouble(i) != want)
+      return false;
+  return true;
+}
+
+/// Whether 1 is added to n's result or it is taken from 1 (the tanh form of
+/// GELU, x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) / 2): near -1 (or +1)
+/// the sum cancels, and in low precision it keeps few or no correct digits.
+bool resultJoinsOne(const Node &n) {
+  const Value *y = n.output();
+  if (!y)
+    return false;
+  for (const Use &u : y->uses()) {
+    const Node *user = u.user;
+    if (!(user->is("Add") || user->is("Sub")) || user->numInputs() != 2 || u.operand > 1)
+      continue;
+    if (isConstantOf(user->input(1 - u.operand), 1.0))
+      return true;
+  }
+  return false;
+}
+
 /// Shape and Size read only the type of their operand: any type will do.
 bool readsOnlyType(const Node &n) { return n.is("Shape") || n.is("Size"); }
 
@@ -436,6 +464,16 @@ void Autocaster::classify(FloatNode &f) {
   if (!forcedLow && (f.listClass == PrecisionClass::Deny || !f.listClass)) {
     f.kind = Kind::Deny;
     f.reason = listReason(f);
+    return;
+  }
+  // Tanh is INFER (a bounded activation, fine in low precision), except
+  // where 1 is added to it: the tanh GELU, which PyTorch computes in fp32.
+  // A policy that lists Tanh itself decides instead.
+  auto tanhEntry = n.is("Tanh") ? opts_.policy.classify(n.qualifiedOpType()) : std::nullopt;
+  if (!forcedLow && tanhEntry && tanhEntry->origin == "default" && resultJoinsOne(n)) {
+    f.kind = Kind::Deny;
+    f.reason = listReason(f) + ", kept fp32: 1 + tanh(x) cancels in low precision (the tanh "
+                               "form of GELU)";
     return;
   }
   // Nodes that cannot take the low type stay fp32 without spreading fp32:

@@ -26,19 +26,21 @@ const char *const kAllowOps[] = {"MatMul", "Gemm", "Conv", "ConvTranspose", "Ein
 
 // Ops whose result is inaccurate or overflows in fp16: exponentials and
 // logarithms, large reductions, normalizations, losses, and the ops the ONNX
-// float16 converters block.
+// float16 converters block. Erf too: exported GELU is x (1 + erf(x/sqrt 2)) / 2,
+// and 1 + erf cancels in low precision where x < 0 (PyTorch computes GELU in
+// fp32 and rounds once).
 const char *const kDenyOps[] = {
     "Exp",   "Log",   "Pow",   "Reciprocal", "Softmax", "LogSoftmax", "LayerNormalization",
     "GroupNormalization", "InstanceNormalization", "LpNormalization", "Reduce*", "CumSum",
     "Softplus", "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Asin", "Acos", "Atan",
     "Sinh",  "Cosh",  "Asinh", "Acosh",      "Atanh",   "Tan",        "Resize",
-    "Range", "TopK"};
+    "Range", "TopK",  "Erf"};
 
 // Arithmetic and activations that are safe in low precision between low
 // precision ops, but should not pull fp32 data down on their own.
 const char *const kInferOps[] = {"Add",      "Sub",         "Mul",     "Div",
                                  "Sum",      "Mean",        "Sqrt",    "Sigmoid",
-                                 "Tanh",     "Erf",         "Elu",     "Selu",
+                                 "Tanh",     "Elu",         "Selu",
                                  "LeakyRelu", "PRelu",      "HardSigmoid", "HardSwish", "Clip",
                                  "AveragePool", "GlobalAveragePool", "BatchNormalization"};
 

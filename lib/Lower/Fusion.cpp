@@ -65,7 +65,66 @@ size_t countOutsideInputs(std::initializer_list<llvm::ArrayRef<const Node *>> pa
   return static_cast<size_t>(std::unique(inputs.begin(), inputs.end()) - inputs.begin());
 }
 
+/// Nodes the lowering emits no step for, as far as the fusion can tell: views,
+/// and weight transposes whose every reader is a MatMul (folded into its
+/// transpose flags). A group moved past one keeps nothing alive across a kernel.
+bool runsNoKernel(const Node &n) {
+  if (isView(n))
+    return true;
+  if (!swapsLastTwoAxes(n) || !n.output()->hasUses())
+    return false;
+  for (const Use &u : n.output()->uses())
+    if (!u.user->is("MatMul") || u.operand >= 2)
+      return false;
+  return true;
+}
+
+/// The bytes of the results of `nodes` that `n` reads and nothing outside
+/// the group and `n` does: materialized now, registers once n joins.
+template <typename Member>
+uint64_t freedByJoining(const std::vector<const Node *> &nodes, const Node *n, Member member,
+                        const KeptToEnd &keptToEnd) {
+  uint64_t bytes = 0;
+  for (const Node *m : nodes) {
+    const Value *o = m->output();
+    bool readByN = false, onlyInside = true;
+    for (const Use &u : o->uses()) {
+      readByN = readByN || u.user == n;
+      onlyInside = onlyInside && member(u.user);
+    }
+    if (readByN && onlyInside && !o->isGraphOutput() && !keptToEnd(o))
+      bytes += static_cast<uint64_t>(o->type().byteSize());
+  }
+  return bytes;
+}
+
 } // namespace
+
+bool isView(const Node &n) {
+  if (!(n.is("Reshape") || n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") ||
+        n.is("Identity")))
+    return false;
+  return n.numOutputs() == 1 && n.output() && n.input(0) &&
+         n.input(0)->type().byteSize() == n.output()->type().byteSize() &&
+         n.input(0)->dtype() == n.output()->dtype();
+}
+
+bool swapsLastTwoAxes(const Node &n) {
+  if (!n.is("Transpose") || !n.input(0) || !n.output())
+    return false;
+  int64_t r = static_cast<int64_t>(n.input(0)->type().shape.size());
+  if (r < 2)
+    return false;
+  std::vector<int64_t> perm = n.getInts("perm", {});
+  if (perm.empty()) // the default reverses the axes: a swap for matrices
+    return r == 2;
+  if (static_cast<int64_t>(perm.size()) != r)
+    return false;
+  for (int64_t d = 0; d < r - 2; ++d)
+    if (perm[d] != d)
+      return false;
+  return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+}
 
 bool isFusableElementwise(const Node &n) {
   // Identity is a view of its operand (no step at all), never an instruction.
@@ -103,11 +162,12 @@ class LifetimeGuard {
 public:
   static constexpr uint64_t kLargeBytes = 64 * 1024;
 
-  /// `fusable[p]`: whether the node at position p is fusable elementwise.
-  LifetimeGuard(const std::vector<char> &fusable, NodeMap &position, const KeptToEnd &keptToEnd)
-      : position_(position), keptToEnd_(keptToEnd), heavyBefore_(fusable.size() + 1, 0) {
-    for (size_t p = 0; p < fusable.size(); ++p)
-      heavyBefore_[p + 1] = heavyBefore_[p] + !fusable[p];
+  /// `light[p]`: whether the node at position p is no kernel of its own
+  /// (fusable elementwise, a view, a transpose the MatMuls fold).
+  LifetimeGuard(const std::vector<char> &light, NodeMap &position, const KeptToEnd &keptToEnd)
+      : position_(position), keptToEnd_(keptToEnd), heavyBefore_(light.size() + 1, 0) {
+    for (size_t p = 0; p < light.size(); ++p)
+      heavyBefore_[p + 1] = heavyBefore_[p] + !light[p];
   }
 
   /// Would running `nodes` (a group) at `to` instead of `from` keep one of its
@@ -116,21 +176,40 @@ public:
   template <typename Member>
   bool extends(const std::vector<const Node *> &nodes, size_t from, size_t to,
                Member member) const {
+    return extendedBytes(nodes, from, to, member) > 0;
+  }
+
+  /// How many nodes between positions `from` and `to` (exclusive) run a
+  /// kernel of their own.
+  size_t kernelsBetween(size_t from, size_t to) const {
+    return to <= from ? 0 : heavyBefore_[to] - heavyBefore_[from + 1];
+  }
+
+  /// The bytes of the large intermediate inputs of `nodes` that running the
+  /// group at `to` instead of `from` keeps alive past their other uses and
+  /// across another kernel.
+  template <typename Member>
+  uint64_t extendedBytes(const std::vector<const Node *> &nodes, size_t from, size_t to,
+                         Member member) const {
     if (to <= from || heavyBefore_[to] == heavyBefore_[from + 1])
-      return false;
+      return 0;
+    uint64_t bytes = 0;
+    llvm::SmallVector<const Value *, 8> counted;
     for (const Node *m : nodes)
       for (const Value *v : m->inputs()) {
         if (!v || !v->producer() || static_cast<uint64_t>(v->type().byteSize()) <= kLargeBytes ||
-            keptToEnd_(v))
+            keptToEnd_(v) || llvm::is_contained(counted, v))
           continue;
         size_t lastOther = 0;
         for (const Use &u : v->uses())
           if (size_t p = position_.lookup(u.user); !member(u.user) && p != kNone)
             lastOther = std::max(lastOther, p);
-        if (lastOther < to)
-          return true;
+        if (lastOther < to) {
+          bytes += static_cast<uint64_t>(v->type().byteSize());
+          counted.push_back(v);
+        }
       }
-    return false;
+    return bytes;
   }
 
 private:
@@ -235,15 +314,16 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
   NodeMap position(kNone);
   // Each node is classified once: the guard and the grouping both ask, and
   // on a large graph the second walk over the nodes missed the cache again.
-  std::vector<char> fusable(order.size());
+  std::vector<char> fusable(order.size()), light(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     position[order[i]] = i;
     fusable[i] = isFusableElementwise(*order[i]);
+    light[i] = fusable[i] || runsNoKernel(*order[i]);
   }
 
   std::vector<FusionGroup> groups;
   NodeMap groupOf(kNone);
-  LifetimeGuard lifetimes(fusable, position, keptToEnd);
+  LifetimeGuard lifetimes(light, position, keptToEnd);
 
   // Can `n` join group `gi`? Its values must not be needed before n by nodes
   // outside the group, since the group will run at n's position.
@@ -261,8 +341,17 @@ std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order
         if (!inGroup && u.user != n && userPos != kNone && userPos < pos)
           return false;
       }
-    if (lifetimes.extends(grp.nodes, position.lookup(grp.nodes.back()), pos,
-                          [&](const Node *m) { return m == n || groupOf.lookup(m) == gi; }))
+    // Moving the group to n may keep a large input alive longer. Across one
+    // kernel, n joining pays for that when it frees at least as many bytes:
+    // the group's results that only n reads outside it (the fp32 copy of a
+    // bf16 gradient that a GEMM also reads, made for the fp32 step after
+    // that GEMM, say). Across more, the schedule of the steps in between
+    // decides what is alive, and the group stays where it is.
+    auto member = [&](const Node *m) { return m == n || groupOf.lookup(m) == gi; };
+    size_t from = position.lookup(grp.nodes.back());
+    uint64_t extended = lifetimes.extendedBytes(grp.nodes, from, pos, member);
+    if (extended > 0 && (lifetimes.kernelsBetween(from, pos) != 1 ||
+                         extended > freedByJoining(grp.nodes, n, member, keptToEnd)))
       return false;
     return countOutsideInputs({grp.nodes, llvm::ArrayRef<const Node *>(n)}) <= maxInputs;
   };

@@ -19,6 +19,14 @@ struct FusionGroup {
 /// ampc/rt/FusedOps.h): an elementwise operator on float or bool values.
 bool isFusableElementwise(const Node &n);
 
+/// Nodes whose result is their first operand's bytes under another shape
+/// (the lowering emits no step for them).
+bool isView(const Node &n);
+
+/// A Transpose exchanging the last two axes and nothing else (the lowering
+/// folds it into the MatMuls that read it).
+bool swapsLastTwoAxes(const Node &n);
+
 /// Values that stay live to the end of the program whatever the fusion does
 /// (program outputs): fusing their readers later keeps nothing alive longer.
 using KeptToEnd = std::function<bool(const Value *)>;

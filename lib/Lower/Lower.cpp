@@ -60,16 +60,6 @@ plan::ElemType planType(DType d) {
   return plan::F32;
 }
 
-/// Nodes whose result is their first operand's bytes under another shape.
-bool isView(const Node &n) {
-  if (!(n.is("Reshape") || n.is("Flatten") || n.is("Squeeze") || n.is("Unsqueeze") ||
-        n.is("Identity")))
-    return false;
-  return n.numOutputs() == 1 && n.output() && n.input(0) &&
-         n.input(0)->type().byteSize() == n.output()->type().byteSize() &&
-         n.input(0)->dtype() == n.output()->dtype();
-}
-
 /// Steps whose every result element depends on the same element of the
 /// inputs only, so a result may overwrite an input it reads.
 bool updatesElementwise(const std::string &op) { return op == "ampc.Fused" || op == "ampc.AdamW"; }
@@ -458,24 +448,6 @@ private:
         break;
       }
     }
-  }
-
-  /// A Transpose exchanging the last two axes and nothing else.
-  static bool swapsLastTwoAxes(const Node &n) {
-    if (!n.is("Transpose") || !n.input(0) || !n.output())
-      return false;
-    int64_t r = static_cast<int64_t>(n.input(0)->type().shape.size());
-    if (r < 2)
-      return false;
-    std::vector<int64_t> perm = n.getInts("perm", {});
-    if (perm.empty()) // the default reverses the axes: a swap for matrices
-      return r == 2;
-    if (static_cast<int64_t>(perm.size()) != r)
-      return false;
-    for (int64_t d = 0; d < r - 2; ++d)
-      if (perm[d] != d)
-        return false;
-    return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
   }
 
   /// MatMul operands produced by a Transpose of the last two axes read the

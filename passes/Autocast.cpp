@@ -246,10 +246,11 @@ struct FloatNode {
   std::vector<FloatNode *> preds, succs;
 };
 
-/// Whether `v` is an initializer whose every element is `want`.
+/// Whether `v` is a small initializer (a scalar, a broadcast row) whose every
+/// element is `want`.
 bool isConstantOf(const Value *v, double want) {
   const Tensor *t = v && v->isInitializer() ? v->data() : nullptr;
-  if (!t || t->size() == 0)
+  if (!t || t->size() == 0 || t->size() > 64)
     return false;
   for (int64_t i = 0; i < t->size(); ++i)
     if (t->getDouble(i) != want)

@@ -192,6 +192,10 @@ private:
       return false;
     // The interpolation matrix of axis d, [out, in].
     auto matrix = [&](size_t d) -> std::optional<std::vector<double>> {
+      // An empty axis has no source to sample (and a declared result that
+      // disagrees with it is the verifier's to report): left as it is.
+      if (in[d] <= 0 || out[d] <= 0)
+        return std::nullopt;
       std::vector<double> a(out[d] * in[d], 0.0);
       for (int64_t i = 0; i < out[d]; ++i) {
         auto c = resize::sourceCoordinate(ctm, i, (*scales)[d], in[d], out[d]);

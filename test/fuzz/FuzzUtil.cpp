@@ -14,12 +14,15 @@
 
 namespace ampc::fuzz {
 
-void compileForTraining(Graph &g) {
+void compileForTraining(Graph &g, Precision precision) {
   static bool registered = (registerAllPasses(), true);
   (void)registered;
   PassManager pm;
-  if (auto err = pm.addPipeline("canonicalize,decompose,autodiff,loss-scale,optimizer{adamw},"
-                                "canonicalize,remat")) {
+  std::string autocast = precision == Precision::BF16   ? "autocast{dtype=bf16},"
+                         : precision == Precision::FP16 ? "autocast{dtype=fp16},"
+                                                        : "";
+  if (auto err = pm.addPipeline("canonicalize,decompose," + autocast +
+                                "autodiff,loss-scale,optimizer{adamw},canonicalize,remat")) {
     llvm::consumeError(std::move(err));
     return;
   }

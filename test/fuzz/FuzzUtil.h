@@ -19,7 +19,14 @@ inline constexpr size_t kMaxInput = 1 << 20;
 /// autodiff, loss-scale, AdamW, canonicalize, remat) on an imported graph and
 /// lowers it to a plan, ignoring errors: bad models must fail with an
 /// llvm::Error, never a crash.
-void compileForTraining(Graph &g);
+/// The training step's passes in fp32, or with autocast to bf16 or fp16
+/// first, then the lowering; errors are dropped.
+enum class Precision { FP32, BF16, FP16 };
+void compileForTraining(Graph &g, Precision precision = Precision::FP32);
+
+/// The precision an input is compiled in: chosen by its size, so that every
+/// input always takes the same one and the corpus covers all three.
+inline Precision precisionFor(size_t size) { return static_cast<Precision>(size % 3); }
 
 /// A directory of its own for file-based targets (checkpoints), made once.
 const std::string &scratchDir();

@@ -17,6 +17,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     llvm::consumeError(g.takeError());
     return 0;
   }
-  ampc::fuzz::compileForTraining(**g);
+  ampc::fuzz::compileForTraining(**g, ampc::fuzz::precisionFor(size));
   return 0;
 }

@@ -170,23 +170,46 @@ llvm::Error checkPerm(const onnx::NodeProto &n) {
   return llvm::Error::success();
 }
 
+/// The operand that is a convolution's weight, or -1 for other ops.
+int convWeightOperand(const onnx::NodeProto &n) {
+  static const std::unordered_map<std::string, int> kWeightOperand = {
+      {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
+  auto op = kWeightOperand.find(n.op_type());
+  return n.domain().empty() && op != kWeightOperand.end() ? op->second : -1;
+}
+
+/// A convolution's weight is [out, in, kernel...] (ConvTranspose: [in, out,
+/// kernel...]): ONNX 1.12's ConvTranspose inference read the dims of a rank-1
+/// weight past its end (SIGSEGV). `ranks` holds the ranks the model states
+/// (initializers, graph inputs with a shape).
+llvm::Error checkConvWeightRank(const onnx::NodeProto &n,
+                                const std::unordered_map<std::string, int> &ranks) {
+  int w = convWeightOperand(n);
+  if (w < 0 || n.input_size() <= w)
+    return llvm::Error::success();
+  auto rank = ranks.find(n.input(w));
+  if (rank == ranks.end() || rank->second >= 3)
+    return llvm::Error::success();
+  return makeError(nodeLabel(n) + ": weight '" + n.input(w) + "' has rank " +
+                   std::to_string(rank->second) +
+                   "; a convolution's weight needs 3 or more (channels, channels, kernel...)");
+}
+
 } // namespace
 
 std::vector<int> makeConvKernelShapesExplicit(onnx::GraphProto &graph) {
   std::vector<int> added;
-  static const std::unordered_map<std::string, int> kWeightOperand = {
-      {"Conv", 1}, {"ConvTranspose", 1}, {"ConvInteger", 1}, {"QLinearConv", 3}};
   std::unordered_map<std::string, const onnx::TensorProto *> initializers;
   for (const auto &t : graph.initializer())
     initializers[t.name()] = &t;
   for (int i = 0; i < graph.node_size(); ++i) {
     onnx::NodeProto &n = *graph.mutable_node(i);
-    auto op = kWeightOperand.find(n.op_type());
-    if (!n.domain().empty() || op == kWeightOperand.end() || n.input_size() <= op->second)
+    int weight = convWeightOperand(n);
+    if (weight < 0 || n.input_size() <= weight)
       continue;
     bool hasKernel = std::any_of(n.attribute().begin(), n.attribute().end(),
                                  [](const auto &a) { return a.name() == "kernel_shape"; });
-    auto w = initializers.find(n.input(op->second));
+    auto w = initializers.find(n.input(weight));
     if (hasKernel || w == initializers.end() || w->second->dims_size() < 2)
       continue;
     onnx::AttributeProto &a = *n.add_attribute();
@@ -219,10 +242,20 @@ llvm::Error checkBeforeOnnx(const onnx::ModelProto &model) {
   for (const auto &t : g.initializer())
     if (auto err = checkTensor(t, "initializer '" + t.name() + "'"))
       return err;
-  for (const auto &n : g.node())
+  std::unordered_map<std::string, int> ranks;
+  for (const auto &t : g.initializer())
+    ranks[t.name()] = t.dims_size();
+  for (const auto &in : g.input())
+    if (in.type().has_tensor_type() && in.type().tensor_type().has_shape() &&
+        !ranks.count(in.name()))
+      ranks[in.name()] = in.type().tensor_type().shape().dim_size();
+  for (const auto &n : g.node()) {
     for (auto check : {checkAttributeTensors, checkWindowAttributes, checkPerm})
       if (auto err = check(n))
         return err;
+    if (auto err = checkConvWeightRank(n, ranks))
+      return err;
+  }
   return llvm::Error::success();
 }
 

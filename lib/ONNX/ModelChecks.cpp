@@ -4,8 +4,8 @@
 // 1.12 crashes on some malformed ones (found by fuzzing, issue #15): a
 // tensor whose data is shorter than its dims (a memmove out of bounds), dims
 // whose product overflows (a ConvTranspose weight of [2^40]), convolution or
-// pooling strides of 0 (a division by zero), a graph output named like a
-// graph input. These checks run before the library sees the model, so each
+// pooling strides of 0 (a division by zero), a convolution weight of rank 1
+// (read past its dims), a graph output named like a graph input. These checks run before the library sees the model, so each
 // of those is a one-line error naming the tensor or node.
 //
 //===----------------------------------------------------------------------===//

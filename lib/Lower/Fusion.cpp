@@ -191,7 +191,7 @@ public:
   template <typename Member>
   uint64_t extendedBytes(const std::vector<const Node *> &nodes, size_t from, size_t to,
                          Member member) const {
-    if (to <= from || heavyBefore_[to] == heavyBefore_[from + 1])
+    if (kernelsBetween(from, to) == 0)
       return 0;
     uint64_t bytes = 0;
     llvm::SmallVector<const Value *, 8> counted;

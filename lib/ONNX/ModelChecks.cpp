@@ -5,8 +5,9 @@
 // tensor whose data is shorter than its dims (a memmove out of bounds), dims
 // whose product overflows (a ConvTranspose weight of [2^40]), convolution or
 // pooling strides of 0 (a division by zero), a convolution weight of rank 1
-// (read past its dims), a graph output named like a graph input. These checks run before the library sees the model, so each
-// of those is a one-line error naming the tensor or node.
+// (read past its dims), a graph output named like a graph input. These
+// checks run before the library sees the model, so each of those is a
+// one-line error naming the tensor or node.
 //
 //===----------------------------------------------------------------------===//
 
@@ -239,12 +240,12 @@ llvm::Error checkBeforeOnnx(const onnx::ModelProto &model) {
     if (inputs.count(out.name()))
       return makeError("graph output '" + out.name() +
                        "' has the name of a graph input (outputs must be computed)");
-  for (const auto &t : g.initializer())
+  std::unordered_map<std::string, int> ranks; // stated ranks, for the weight check
+  for (const auto &t : g.initializer()) {
     if (auto err = checkTensor(t, "initializer '" + t.name() + "'"))
       return err;
-  std::unordered_map<std::string, int> ranks;
-  for (const auto &t : g.initializer())
     ranks[t.name()] = t.dims_size();
+  }
   for (const auto &in : g.input())
     if (in.type().has_tensor_type() && in.type().tensor_type().has_shape() &&
         !ranks.count(in.name()))

@@ -72,8 +72,9 @@ private:
   /// the cast of `next`, param's value after the step.
   static void cacheCasts(Graph &g, Value *param, Value *next, DType dtype,
                          const std::vector<Node *> &nodes) {
+    // Deferred: the plan stores such a copy as converted at load.
     Value *copy = addState(g, g.uniqueName(param->name() + "." + shortDTypeName(dtype)),
-                           param->data()->castTo(dtype));
+                           Tensor::deferredCast(param->sharedData(), dtype));
     for (Node *n : nodes) {
       n->output()->replaceAllUsesWith(copy);
       g.eraseNode(n);

@@ -214,13 +214,25 @@ double bfloat16BitsToDouble(uint16_t bits) {
 //===----------------------------------------------------------------------===//
 
 Tensor::Tensor(TensorType type)
-    : type_(std::move(type)), zeroBytes_(static_cast<size_t>(type_.byteSize())) {}
+    : type_(std::move(type)), pendingBytes_(static_cast<size_t>(type_.byteSize())) {}
 
 void Tensor::materialize() const {
-  if (!zeroBytes_)
+  if (!pendingBytes_)
     return;
-  bytes_.assign(zeroBytes_, '\0');
-  zeroBytes_ = 0;
+  if (castSource_) {
+    bytes_ = std::move(castSource_->castTo(type_.dtype).bytes_);
+    castSource_.reset();
+  } else {
+    bytes_.assign(pendingBytes_, '\0');
+  }
+  pendingBytes_ = 0;
+}
+
+Tensor Tensor::deferredCast(std::shared_ptr<const Tensor> source, DType dtype) {
+  Tensor t(source->type().withDType(dtype));
+  if (t.pendingBytes_)
+    t.castSource_ = std::move(source);
+  return t;
 }
 
 Tensor Tensor::fromDoubles(TensorType type, std::span<const double> values) {

@@ -24,6 +24,9 @@ bool isConversionOf(const Tensor &copy, const Tensor &master) {
   bool half = copy.dtype() == DType::F16;
   if (!half && copy.dtype() != DType::BF16)
     return false;
+  // Not computed yet: converted from `master` when first read.
+  if (copy.pendingCastSource() == &master)
+    return true;
   const float *in = reinterpret_cast<const float *>(master.data());
   const uint16_t *out = reinterpret_cast<const uint16_t *>(copy.data());
   for (int64_t k = 0; k < master.size(); ++k) {
@@ -68,7 +71,12 @@ void markCastStates(const Graph &g, llvm::function_ref<int(const Value *)> tenso
     if (t.zero_init() || !isConversionOf(*b.state->data(), *master->data()))
       continue;
     t.clear_data();
-    t.set_cast_of(masterId);
+    // Zeros convert to zeros: the copy of a master stored as zero_init is
+    // zero_init too, as it would be had its bytes been computed.
+    if (p.tensors(masterId).zero_init())
+      t.set_zero_init(true);
+    else
+      t.set_cast_of(masterId);
   }
 }
 

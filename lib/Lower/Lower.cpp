@@ -94,6 +94,7 @@ public:
       fusion = std::async(std::launch::async, [this, &specs] { return fuseEach(*specs); });
       createValueTensors();
       markCastStates(g_, [this](const Value *v) { return tensorOf_.lookup(v); }, p_);
+      storeUnconvertedCasts();
       dropConvertedExternalValues();
     }
     std::vector<std::vector<FusionGroup>> groups;
@@ -180,12 +181,30 @@ private:
   /// one is not copied into the plan but written from the graph (amp-opt:
   /// GPT-2's weights were held three times while the plan was written).
   void setGraphData(int id, const Tensor &data) {
+    // A deferred cast is left to markCastStates, which stores most of them
+    // as converted at load: computing them here would be the whole cost.
+    if (data.pendingCastSource()) {
+      deferredCasts_.emplace_back(id, &data);
+      return;
+    }
     plan::Tensor &t = *p_.mutable_tensors(id);
     if (!opts_.externalValues || data.byteSize() < rt::kPlanInlineDataLimit ||
         data.untouchedZeros())
       return setData(t, data);
     if (!markedZero(t, bytesOf(data)))
       opts_.externalValues->emplace_back(id, bytesOf(data));
+  }
+
+  /// The deferred casts markCastStates did not mark take their value now.
+  void storeUnconvertedCasts() {
+    for (auto [id, data] : deferredCasts_) {
+      const plan::Tensor &t = p_.tensors(id);
+      if (t.has_cast_of() || t.zero_init())
+        continue;
+      data->data(); // computes the conversion, in the graph's own tensor
+      setGraphData(id, *data);
+    }
+    deferredCasts_.clear();
   }
 
   /// A state converted at load stores nothing, from the graph either.
@@ -1100,6 +1119,8 @@ private:
   std::vector<plan::Storage> storage_;
   /// Each value's plan tensor (-1 for none).
   ValueIdMap<int> tensorOf_{-1};
+  /// Plan tensors whose graph value is a deferred cast, until markCastStates.
+  std::vector<std::pair<int, const Tensor *>> deferredCasts_;
   /// The graph's state inputs, and the updated values that replace them.
   ValueIdMap<char> states_;
   ValueIdMap<char> updatedStates_;

@@ -78,3 +78,26 @@ TEST(Tensor, StoreAndCast) {
   Tensor l = Tensor::int64Vector(std::vector<int64_t>{big});
   EXPECT_EQ(l.getInt(0), big); // no trip through double
 }
+
+/// A deferred cast computes castTo's bytes on first access only, and until
+/// then names its source and is not taken for untouched zeros.
+TEST(Tensor, DeferredCast) {
+  auto source = std::make_shared<const Tensor>(Tensor::fromDoubles(
+      TensorType(DType::F32, {2, 3}), std::vector<double>{1.0, -2.5, 3.0e38, 1.0 / 3, 0.0, -0.0}));
+  Tensor low = Tensor::deferredCast(source, DType::BF16);
+  EXPECT_EQ(low.pendingCastSource(), source.get());
+  EXPECT_FALSE(low.untouchedZeros());
+  EXPECT_EQ(low.byteSize(), 12u);
+  EXPECT_EQ(low.shape(), source->shape());
+  Tensor copy = low; // a copy defers too, to the same source
+  EXPECT_EQ(copy.pendingCastSource(), source.get());
+  Tensor want = source->castTo(DType::BF16);
+  EXPECT_TRUE(low.bitwiseEqual(want));
+  EXPECT_EQ(low.pendingCastSource(), nullptr);
+  EXPECT_TRUE(copy.bitwiseEqual(want));
+  EXPECT_EQ(copy.pendingCastSource(), nullptr);
+  Tensor empty = Tensor::deferredCast(
+      std::make_shared<const Tensor>(Tensor(TensorType(DType::F32, {0}))), DType::F16);
+  EXPECT_EQ(empty.pendingCastSource(), nullptr);
+  EXPECT_EQ(empty.byteSize(), 0u);
+}

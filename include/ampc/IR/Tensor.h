@@ -11,6 +11,7 @@
 #include "ampc/IR/DType.h"
 
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,11 @@ public:
   /// Takes `bytes` (exactly the type's size) as the tensor's storage, without
   /// a copy: an imported initializer's raw data.
   static Tensor adoptBytes(TensorType type, std::string &&bytes);
+  /// `source` converted to `dtype` (as castTo), computed when first accessed:
+  /// cast-cache gives every parameter a low-precision copy, which a plan
+  /// stores as "converted at load" (GPT-2 small: 247 MB the compiler never
+  /// needs to compute).
+  static Tensor deferredCast(std::shared_ptr<const Tensor> source, DType dtype);
   static Tensor scalar(DType dtype, double value);
   /// A 1-D int64 tensor.
   static Tensor int64Vector(std::span<const int64_t> values);
@@ -60,10 +66,13 @@ public:
     materialize();
     return reinterpret_cast<uint8_t *>(bytes_.data());
   }
-  size_t byteSize() const { return zeroBytes_ ? zeroBytes_ : bytes_.size(); }
+  size_t byteSize() const { return pendingBytes_ ? pendingBytes_ : bytes_.size(); }
   /// True for a zero-filled tensor whose bytes were never accessed (false
   /// says nothing): lets a reader skip a scan of zeros, and their allocation.
-  bool untouchedZeros() const { return zeroBytes_ != 0 || bytes_.empty(); }
+  bool untouchedZeros() const { return !castSource_ && (pendingBytes_ != 0 || bytes_.empty()); }
+  /// The tensor a deferredCast converts, while its bytes are not computed;
+  /// null otherwise.
+  const Tensor *pendingCastSource() const { return castSource_.get(); }
 
   /// Element i converted to double (exact for all float types and for integers
   /// up to 2^53).
@@ -89,15 +98,17 @@ public:
 
 private:
   TensorType type_;
-  /// Allocates the bytes of a zero-filled tensor on first access. Not
-  /// thread-safe: a tensor shared across threads is touched first.
+  /// Computes the bytes of a zero-filled tensor or a deferred cast on first
+  /// access. Not thread-safe: a tensor shared across threads is touched first.
   void materialize() const;
 
   // A string rather than a vector of bytes, so that a protobuf's raw data
   // can become a tensor without a copy (heap blocks are 16-byte aligned).
   mutable std::string bytes_;
-  /// The size of a zero-filled tensor not yet allocated; 0 once it is.
-  mutable size_t zeroBytes_ = 0;
+  /// The size of bytes not yet computed (zeros, or castSource_'s
+  /// conversion); 0 once they are.
+  mutable size_t pendingBytes_ = 0;
+  mutable std::shared_ptr<const Tensor> castSource_;
 };
 
 } // namespace ampc

@@ -4,6 +4,7 @@
 
 #include "LargeValues.h"
 
+#include "ampc/ONNX/ModelFile.h"
 #include "ampc/ONNX/OpsetAdapter.h"
 #include "ampc/ONNX/ProtoConversion.h"
 #include "ampc/ONNX/Schemas.h"
@@ -17,8 +18,6 @@
 #include "onnx/shape_inference/implementation.h"
 #include "onnx/version_converter/convert.h"
 
-#include <google/protobuf/io/zero_copy_stream_impl.h>
-
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -26,7 +25,6 @@
 #include "llvm/Support/Path.h"
 
 #include <algorithm>
-#include <fcntl.h>
 #include <fstream>
 #include <map>
 #include <queue>
@@ -872,17 +870,6 @@ llvm::Expected<std::unique_ptr<Graph>> importModelText(std::string_view text,
   if (auto err = parseOnnxText(text, model))
     return withContext(std::move(err), displayName);
   return importModelProto(model, displayName, ".", opts);
-}
-
-/// Parses a binary model from the file through a small buffer: the whole file
-/// is never in memory next to the message (GPT-2 small: 0.5 GB less at peak).
-bool parseModelFile(const std::string &path, onnx::ModelProto &model) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return false;
-  google::protobuf::io::FileInputStream stream(fd, 1 << 20);
-  stream.SetCloseOnDelete(true);
-  return model.ParseFromZeroCopyStream(&stream);
 }
 
 llvm::Expected<std::unique_ptr<Graph>> importModelFile(const std::string &path,

@@ -14,11 +14,14 @@
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <vector>
 
 namespace ampc {
@@ -74,7 +77,8 @@ Level levelInside(Level level, uint32_t field) {
 
 class Scanner {
 public:
-  Scanner(const uint8_t *file, uint64_t size) : file_(file), size_(size) {}
+  Scanner(const uint8_t *file, uint64_t size, uint64_t cutFrom)
+      : file_(file), size_(size), cutFrom_(cutFrom) {}
 
   /// The file without its large raw_data fields; false where the scan
   /// leaves the file to protobuf.
@@ -120,7 +124,7 @@ private:
           // reproducing here.
           if (++rawDataFields > 1)
             return false;
-          if (len >= kReadInPlaceBytes) {
+          if (len >= cutFrom_) {
             cut_.push_back({initializers_ - 1, static_cast<uint64_t>(body - file_), len});
             continue;
           }
@@ -149,6 +153,7 @@ private:
 
   const uint8_t *file_;
   uint64_t size_;
+  uint64_t cutFrom_;
   std::vector<CutField> cut_;
   int initializers_ = 0;
 };
@@ -171,7 +176,7 @@ bool scanFile(int fd, uint64_t size, std::string &metadata, std::vector<CutField
   void *m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (m == MAP_FAILED)
     return false;
-  Scanner scanner(static_cast<const uint8_t *>(m), size);
+  Scanner scanner(static_cast<const uint8_t *>(m), size, kReadInPlaceBytes);
   bool ok = scanner.scan(metadata);
   munmap(m, size);
   cut = scanner.cut();
@@ -185,11 +190,10 @@ bool parseStreaming(int fd, onnx::ModelProto &model) {
   return model.ParseFromZeroCopyStream(&stream);
 }
 
-bool parseWithCutFields(int fd, uint64_t size, onnx::ModelProto &model) {
-  std::string metadata;
-  std::vector<CutField> cut;
-  if (!scanFile(fd, size, metadata, cut) || cut.empty())
-    return parseStreaming(fd, model);
+/// Parses the scan's metadata into `model`, then sets each cut field from
+/// `read(into, size, offset)`.
+bool parseCut(const std::string &metadata, const std::vector<CutField> &cut,
+              llvm::function_ref<bool(char *, uint64_t, uint64_t)> read, onnx::ModelProto &model) {
   if (!model.ParseFromString(metadata))
     return false;
   auto *initializers = model.mutable_graph()->mutable_initializer();
@@ -197,11 +201,22 @@ bool parseWithCutFields(int fd, uint64_t size, onnx::ModelProto &model) {
     if (f.initializer < 0 || f.initializer >= initializers->size())
       return false;
     std::string bytes(f.size, '\0');
-    if (!readAt(fd, bytes.data(), f.size, f.offset))
+    if (!read(bytes.data(), f.size, f.offset))
       return false;
     initializers->Mutable(f.initializer)->set_raw_data(std::move(bytes));
   }
   return true;
+}
+
+bool parseWithCutFields(int fd, uint64_t size, onnx::ModelProto &model) {
+  std::string metadata;
+  std::vector<CutField> cut;
+  if (!scanFile(fd, size, metadata, cut) || cut.empty())
+    return parseStreaming(fd, model);
+  return parseCut(
+      metadata, cut,
+      [fd](char *into, uint64_t bytes, uint64_t offset) { return readAt(fd, into, bytes, offset); },
+      model);
 }
 
 } // namespace
@@ -216,6 +231,22 @@ bool parseModelFile(const std::string &path, onnx::ModelProto &model) {
                 : parseStreaming(fd, model);
   close(fd);
   return ok;
+}
+
+bool parseModelBytes(std::string_view bytes, onnx::ModelProto &model, uint64_t cutFrom) {
+  const auto *data = reinterpret_cast<const uint8_t *>(bytes.data());
+  Scanner scanner(data, bytes.size(), cutFrom);
+  std::string metadata;
+  if (bytes.size() > static_cast<size_t>(INT32_MAX) || !scanner.scan(metadata) ||
+      scanner.cut().empty())
+    return model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+  return parseCut(
+      metadata, scanner.cut(),
+      [&](char *into, uint64_t size, uint64_t offset) {
+        std::memcpy(into, data + offset, size);
+        return true;
+      },
+      model);
 }
 
 } // namespace ampc

@@ -79,6 +79,12 @@ void expectSameParse(const std::string &bytes) {
   EXPECT_EQ(parseModelFile(path, got), ok);
   if (ok)
     EXPECT_EQ(got.SerializeAsString(), want.SerializeAsString());
+  for (uint64_t cutFrom : {uint64_t(1), uint64_t(9), kReadInPlaceBytes}) {
+    onnx::ModelProto inMemory;
+    EXPECT_EQ(parseModelBytes(bytes, inMemory, cutFrom), ok);
+    if (ok)
+      EXPECT_EQ(inMemory.SerializeAsString(), want.SerializeAsString());
+  }
   std::remove(path.c_str());
 }
 

@@ -13,6 +13,7 @@
 #include "onnx/onnx_pb.h"
 
 #include <string>
+#include <string_view>
 
 namespace ampc {
 
@@ -23,5 +24,11 @@ constexpr uint64_t kReadInPlaceBytes = 64 * 1024;
 /// Parses the binary model file at `path` into `model`, exactly as protobuf
 /// would. False when the file cannot be read or is not a valid ModelProto.
 bool parseModelFile(const std::string &path, onnx::ModelProto &model);
+
+/// The same reader on bytes in memory, cutting raw_data fields from `cutFrom`
+/// bytes on (the fuzzer compares it with protobuf's ParseFromArray, cutting
+/// small fields too).
+bool parseModelBytes(std::string_view bytes, onnx::ModelProto &model,
+                     uint64_t cutFrom = kReadInPlaceBytes);
 
 } // namespace ampc

@@ -5,8 +5,9 @@
 // of the graph and tensor messages around them rewritten), protobuf parses
 // that copy, and each cut field is read from the file into a string of its
 // size and set on its tensor. Anything the scan does not expect (a group, a
-// tensor with two raw_data fields, a length past its message) leaves the
-// file to protobuf's own reader, whose answer is the reference.
+// tensor with two raw_data fields, a length past its message, more than
+// 64 MiB left to parse) leaves the file to protobuf's own reader, whose
+// answer is the reference.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +36,9 @@ constexpr uint32_t kGraphInitializer = 5;
 constexpr uint32_t kTensorRawData = 9;
 
 enum WireType { Varint = 0, Fixed64 = 1, LengthDelimited = 2, Fixed32 = 5 };
+
+/// Past this much of what is not cut, the file goes to protobuf's reader.
+constexpr size_t kMaxMetadataBytes = 64 << 20;
 
 bool readVarint(const uint8_t *&p, const uint8_t *end, uint64_t &v) {
   v = 0;
@@ -139,6 +143,8 @@ private:
           writeVarint(out, tag);
           writeVarint(out, nested.size());
           out += nested;
+          if (out.size() > kMaxMetadataBytes)
+            return false;
           continue;
         }
         break;
@@ -147,6 +153,10 @@ private:
         return false;
       }
       out.append(reinterpret_cast<const char *>(fieldStart), p - fieldStart);
+      // A model whose bulk is not in raw_data (float_data, say) would be
+      // copied whole, and more than once through the nested messages.
+      if (out.size() > kMaxMetadataBytes)
+        return false;
     }
     return true;
   }

@@ -145,3 +145,16 @@ TEST(ModelFile, MissingFile) {
   onnx::ModelProto m;
   EXPECT_FALSE(parseModelFile("/nonexistent/ampc/model.onnx", m));
 }
+
+/// A model whose bulk is not raw_data (a weight in float_data, 68 MB here)
+/// is past what the scan copies, and read by protobuf's reader: the same
+/// message, raw_data fields beside it included.
+TEST(ModelFile, BulkOutsideRawData) {
+  onnx::ModelProto m = sampleModel();
+  onnx::TensorProto *t = m.mutable_graph()->add_initializer();
+  t->set_name("listed");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_dims(17 << 20);
+  t->mutable_float_data()->Resize(17 << 20, 0.25f);
+  expectSameParse(m.SerializeAsString());
+}

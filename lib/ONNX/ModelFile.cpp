@@ -7,7 +7,8 @@
 // size and set on its tensor. Anything the scan does not expect (a group, a
 // tensor with two raw_data fields, a length past its message, more than
 // 64 MiB left to parse) leaves the file to protobuf's own reader, whose
-// answer is the reference.
+// answer is the reference. The file is read with pread, not mapped: a file
+// another process truncates meanwhile is a short read, not a SIGBUS.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,13 +16,11 @@
 
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
-#include "llvm/ADT/STLFunctionalExtras.h"
-
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -40,10 +39,69 @@ enum WireType { Varint = 0, Fixed64 = 1, LengthDelimited = 2, Fixed32 = 5 };
 /// Past this much of what is not cut, the file goes to protobuf's reader.
 constexpr size_t kMaxMetadataBytes = 64 << 20;
 
-bool readVarint(const uint8_t *&p, const uint8_t *end, uint64_t &v) {
+/// The bytes scanned: a buffer in memory, or a file read forward through a
+/// window (the scan reads tags and lengths byte by byte).
+class Input {
+public:
+  Input(const uint8_t *bytes, uint64_t size) : mem_(bytes), size_(size) {}
+  Input(int fd, uint64_t size) : fd_(fd), size_(size), window_(kWindow) {}
+
+  uint64_t size() const { return size_; }
+
+  /// `n` bytes at `offset` into `into`; false past the end or on a short read.
+  bool read(uint64_t offset, char *into, uint64_t n) {
+    if (offset > size_ || n > size_ - offset)
+      return false;
+    if (mem_) {
+      std::memcpy(into, mem_ + offset, n);
+      return true;
+    }
+    while (n > 0) {
+      ssize_t got = pread(fd_, into, n, static_cast<off_t>(offset));
+      if (got <= 0)
+        return false;
+      into += got;
+      n -= static_cast<uint64_t>(got);
+      offset += static_cast<uint64_t>(got);
+    }
+    return true;
+  }
+
+  /// The byte at `offset`; false past the end or on a short read.
+  bool byte(uint64_t offset, uint8_t &b) {
+    if (offset >= size_)
+      return false;
+    if (mem_) {
+      b = mem_[offset];
+      return true;
+    }
+    if (offset < windowAt_ || offset - windowAt_ >= windowLen_) {
+      windowLen_ = std::min<uint64_t>(kWindow, size_ - offset);
+      windowAt_ = offset;
+      if (!read(offset, window_.data(), windowLen_)) {
+        windowLen_ = 0;
+        return false;
+      }
+    }
+    b = static_cast<uint8_t>(window_[offset - windowAt_]);
+    return true;
+  }
+
+private:
+  static constexpr uint64_t kWindow = 64 * 1024;
+  const uint8_t *mem_ = nullptr;
+  int fd_ = -1;
+  uint64_t size_;
+  std::vector<char> window_;
+  uint64_t windowAt_ = 0, windowLen_ = 0;
+};
+
+bool readVarint(Input &in, uint64_t &pos, uint64_t end, uint64_t &v) {
   v = 0;
-  for (int shift = 0; shift < 64 && p < end; shift += 7) {
-    uint8_t b = *p++;
+  for (int shift = 0; shift < 64 && pos < end; shift += 7) {
+    uint8_t b;
+    if (!in.byte(pos++, b))
+      return false;
     v |= static_cast<uint64_t>(b & 0x7F) << shift;
     if (!(b & 0x80))
       return true;
@@ -81,117 +139,99 @@ Level levelInside(Level level, uint32_t field) {
 
 class Scanner {
 public:
-  Scanner(const uint8_t *file, uint64_t size, uint64_t cutFrom)
-      : file_(file), size_(size), cutFrom_(cutFrom) {}
+  Scanner(Input &in, uint64_t cutFrom) : in_(in), cutFrom_(cutFrom) {}
 
-  /// The file without its large raw_data fields; false where the scan
-  /// leaves the file to protobuf.
-  bool scan(std::string &metadata) {
-    return copyMessage(file_, file_ + size_, Level::Model, metadata);
-  }
+  /// The input without its large raw_data fields; false where the scan
+  /// leaves the input to protobuf.
+  bool scan(std::string &metadata) { return copyMessage(0, in_.size(), Level::Model, metadata); }
   const std::vector<CutField> &cut() const { return cut_; }
 
 private:
-  bool copyMessage(const uint8_t *p, const uint8_t *end, Level level, std::string &out) {
+  /// Whether `n` more bytes keep `out` within kMaxMetadataBytes: a model
+  /// whose bulk is not in raw_data (float_data, say) would be copied whole,
+  /// and more than once through the nested messages.
+  static bool fits(const std::string &out, uint64_t n) {
+    return out.size() <= kMaxMetadataBytes && n <= kMaxMetadataBytes - out.size();
+  }
+
+  /// Appends the input's bytes [from, to) to `out`.
+  bool append(uint64_t from, uint64_t to, std::string &out) {
+    if (!fits(out, to - from))
+      return false;
+    size_t at = out.size();
+    out.resize(at + (to - from));
+    return in_.read(from, out.data() + at, to - from);
+  }
+
+  bool copyMessage(uint64_t pos, uint64_t end, Level level, std::string &out) {
     int rawDataFields = 0;
-    while (p < end) {
-      const uint8_t *fieldStart = p;
-      uint64_t tag;
-      if (!readVarint(p, end, tag))
+    while (pos < end) {
+      uint64_t fieldStart = pos, tag;
+      if (!readVarint(in_, pos, end, tag))
         return false;
       uint32_t field = static_cast<uint32_t>(tag >> 3);
       switch (tag & 7) {
       case Varint: {
         uint64_t ignored;
-        if (!readVarint(p, end, ignored))
+        if (!readVarint(in_, pos, end, ignored))
           return false;
         break;
       }
       case Fixed64:
-        if (end - p < 8)
+      case Fixed32: {
+        uint64_t n = (tag & 7) == Fixed64 ? 8 : 4;
+        if (end - pos < n)
           return false;
-        p += 8;
+        pos += n;
         break;
-      case Fixed32:
-        if (end - p < 4)
-          return false;
-        p += 4;
-        break;
+      }
       case LengthDelimited: {
         uint64_t len;
-        if (!readVarint(p, end, len) || len > static_cast<uint64_t>(end - p))
+        if (!readVarint(in_, pos, end, len) || len > end - pos)
           return false;
-        const uint8_t *body = p;
-        p += len;
+        uint64_t body = pos;
+        pos += len;
         if (level == Level::Tensor && field == kTensorRawData) {
           // protobuf keeps the last of repeated bytes fields: not worth
           // reproducing here.
           if (++rawDataFields > 1)
             return false;
           if (len >= cutFrom_) {
-            cut_.push_back({initializers_ - 1, static_cast<uint64_t>(body - file_), len});
+            cut_.push_back({initializers_ - 1, body, len});
             continue;
           }
         }
         Level inner = levelInside(level, field);
-        if (inner != level) {
-          if (inner == Level::Tensor)
-            ++initializers_;
-          std::string nested;
-          if (!copyMessage(body, p, inner, nested))
-            return false;
-          writeVarint(out, tag);
-          writeVarint(out, nested.size());
-          out += nested;
-          if (out.size() > kMaxMetadataBytes)
-            return false;
-          continue;
-        }
-        break;
+        if (inner == level)
+          break;
+        if (inner == Level::Tensor)
+          ++initializers_;
+        std::string nested;
+        if (!copyMessage(body, pos, inner, nested))
+          return false;
+        std::string head;
+        writeVarint(head, tag);
+        writeVarint(head, nested.size());
+        if (!fits(out, head.size() + nested.size()))
+          return false;
+        out += head;
+        out += nested;
+        continue;
       }
       default: // groups, or not a wire type
         return false;
       }
-      out.append(reinterpret_cast<const char *>(fieldStart), p - fieldStart);
-      // A model whose bulk is not in raw_data (float_data, say) would be
-      // copied whole, and more than once through the nested messages.
-      if (out.size() > kMaxMetadataBytes)
+      if (!append(fieldStart, pos, out))
         return false;
     }
     return true;
   }
 
-  const uint8_t *file_;
-  uint64_t size_;
+  Input &in_;
   uint64_t cutFrom_;
   std::vector<CutField> cut_;
   int initializers_ = 0;
 };
-
-bool readAt(int fd, char *into, uint64_t size, uint64_t offset) {
-  while (size > 0) {
-    ssize_t got = pread(fd, into, size, static_cast<off_t>(offset));
-    if (got <= 0)
-      return false;
-    into += got;
-    size -= static_cast<uint64_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return true;
-}
-
-/// The scan's metadata, or false (the mapping is gone before the large
-/// fields are read: its pages would count twice at the peak).
-bool scanFile(int fd, uint64_t size, std::string &metadata, std::vector<CutField> &cut) {
-  void *m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (m == MAP_FAILED)
-    return false;
-  Scanner scanner(static_cast<const uint8_t *>(m), size, kReadInPlaceBytes);
-  bool ok = scanner.scan(metadata);
-  munmap(m, size);
-  cut = scanner.cut();
-  return ok;
-}
 
 /// protobuf's reader, through a small buffer: the whole file is never in
 /// memory next to the message.
@@ -200,33 +240,25 @@ bool parseStreaming(int fd, onnx::ModelProto &model) {
   return model.ParseFromZeroCopyStream(&stream);
 }
 
-/// Parses the scan's metadata into `model`, then sets each cut field from
-/// `read(into, size, offset)`.
-bool parseCut(const std::string &metadata, const std::vector<CutField> &cut,
-              llvm::function_ref<bool(char *, uint64_t, uint64_t)> read, onnx::ModelProto &model) {
-  if (!model.ParseFromString(metadata))
+/// Scans `in`, parses what is not cut into `model` and reads each cut field
+/// into its tensor. `scanned` is false where the scan leaves the input to
+/// protobuf (nothing to cut, or a structure it does not expect).
+bool parseCut(Input &in, uint64_t cutFrom, onnx::ModelProto &model, bool &scanned) {
+  Scanner scanner(in, cutFrom);
+  std::string metadata;
+  scanned = scanner.scan(metadata) && !scanner.cut().empty();
+  if (!scanned || !model.ParseFromString(metadata))
     return false;
   auto *initializers = model.mutable_graph()->mutable_initializer();
-  for (const CutField &f : cut) {
+  for (const CutField &f : scanner.cut()) {
     if (f.initializer < 0 || f.initializer >= initializers->size())
       return false;
     std::string bytes(f.size, '\0');
-    if (!read(bytes.data(), f.size, f.offset))
+    if (!in.read(f.offset, bytes.data(), f.size))
       return false;
     initializers->Mutable(f.initializer)->set_raw_data(std::move(bytes));
   }
   return true;
-}
-
-bool parseWithCutFields(int fd, uint64_t size, onnx::ModelProto &model) {
-  std::string metadata;
-  std::vector<CutField> cut;
-  if (!scanFile(fd, size, metadata, cut) || cut.empty())
-    return parseStreaming(fd, model);
-  return parseCut(
-      metadata, cut,
-      [fd](char *into, uint64_t bytes, uint64_t offset) { return readAt(fd, into, bytes, offset); },
-      model);
 }
 
 } // namespace
@@ -236,27 +268,29 @@ bool parseModelFile(const std::string &path, onnx::ModelProto &model) {
   if (fd < 0)
     return false;
   struct stat st;
-  bool ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0
-                ? parseWithCutFields(fd, static_cast<uint64_t>(st.st_size), model)
-                : parseStreaming(fd, model);
+  bool ok = false, scanned = false;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    Input in(fd, static_cast<uint64_t>(st.st_size));
+    ok = parseCut(in, kReadInPlaceBytes, model, scanned);
+  }
+  if (!scanned) {
+    model.Clear();
+    ok = parseStreaming(fd, model);
+  }
   close(fd);
   return ok;
 }
 
 bool parseModelBytes(std::string_view bytes, onnx::ModelProto &model, uint64_t cutFrom) {
-  const auto *data = reinterpret_cast<const uint8_t *>(bytes.data());
-  Scanner scanner(data, bytes.size(), cutFrom);
-  std::string metadata;
-  if (bytes.size() > static_cast<size_t>(INT32_MAX) || !scanner.scan(metadata) ||
-      scanner.cut().empty())
-    return model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
-  return parseCut(
-      metadata, scanner.cut(),
-      [&](char *into, uint64_t size, uint64_t offset) {
-        std::memcpy(into, data + offset, size);
-        return true;
-      },
-      model);
+  if (bytes.size() > static_cast<size_t>(INT32_MAX))
+    return false;
+  Input in(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size());
+  bool scanned = false;
+  bool ok = parseCut(in, cutFrom, model, scanned);
+  if (scanned)
+    return ok;
+  model.Clear();
+  return model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
 }
 
 } // namespace ampc

@@ -14,6 +14,7 @@
 
 #include "ampc/ONNX/ModelFile.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include <fcntl.h>
@@ -110,11 +111,9 @@ bool readVarint(Input &in, uint64_t &pos, uint64_t end, uint64_t &v) {
 }
 
 void writeVarint(std::string &out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
+  uint8_t bytes[10]; // a 64-bit varint's most
+  uint8_t *end = google::protobuf::io::CodedOutputStream::WriteVarint64ToArray(v, bytes);
+  out.append(reinterpret_cast<const char *>(bytes), end - bytes);
 }
 
 /// A raw_data field cut out of the file: the initializer it belongs to (in

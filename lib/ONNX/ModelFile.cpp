@@ -50,6 +50,9 @@ public:
   uint64_t size() const { return size_; }
 
   /// `n` bytes at `offset` into `into`; false past the end or on a short read.
+  /// A read of less than the window goes through it: the scan copies the
+  /// file field by field, and a pread for each field of a model with 10,000
+  /// small initializers was 52,000 system calls.
   bool read(uint64_t offset, char *into, uint64_t n) {
     if (offset > size_ || n > size_ - offset)
       return false;
@@ -57,6 +60,46 @@ public:
       std::memcpy(into, mem_ + offset, n);
       return true;
     }
+    if (n < kWindow) {
+      if (!cover(offset, n))
+        return false;
+      std::memcpy(into, window_.data() + (offset - windowAt_), n);
+      return true;
+    }
+    return readFile(offset, into, n);
+  }
+
+  /// The byte at `offset`; false past the end or on a short read.
+  bool byte(uint64_t offset, uint8_t &b) {
+    if (offset >= size_)
+      return false;
+    if (mem_) {
+      b = mem_[offset];
+      return true;
+    }
+    if (!cover(offset, 1))
+      return false;
+    b = static_cast<uint8_t>(window_[offset - windowAt_]);
+    return true;
+  }
+
+private:
+  static constexpr uint64_t kWindow = 64 * 1024;
+
+  /// Makes the window hold [offset, offset + n), n at most kWindow, within
+  /// the file; reads the file from `offset` on where it does not already.
+  bool cover(uint64_t offset, uint64_t n) {
+    if (offset >= windowAt_ && offset - windowAt_ + n <= windowLen_)
+      return true;
+    windowAt_ = offset;
+    windowLen_ = std::min<uint64_t>(kWindow, size_ - offset);
+    if (readFile(offset, window_.data(), windowLen_))
+      return true;
+    windowLen_ = 0;
+    return false;
+  }
+
+  bool readFile(uint64_t offset, char *into, uint64_t n) {
     while (n > 0) {
       ssize_t got = pread(fd_, into, n, static_cast<off_t>(offset));
       if (got <= 0)
@@ -68,28 +111,6 @@ public:
     return true;
   }
 
-  /// The byte at `offset`; false past the end or on a short read.
-  bool byte(uint64_t offset, uint8_t &b) {
-    if (offset >= size_)
-      return false;
-    if (mem_) {
-      b = mem_[offset];
-      return true;
-    }
-    if (offset < windowAt_ || offset - windowAt_ >= windowLen_) {
-      windowLen_ = std::min<uint64_t>(kWindow, size_ - offset);
-      windowAt_ = offset;
-      if (!read(offset, window_.data(), windowLen_)) {
-        windowLen_ = 0;
-        return false;
-      }
-    }
-    b = static_cast<uint8_t>(window_[offset - windowAt_]);
-    return true;
-  }
-
-private:
-  static constexpr uint64_t kWindow = 64 * 1024;
   const uint8_t *mem_ = nullptr;
   int fd_ = -1;
   uint64_t size_;

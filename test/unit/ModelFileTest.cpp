@@ -104,6 +104,20 @@ TEST(ModelFile, ReadsWhatProtobufReads) {
   std::remove(path.c_str());
 }
 
+/// Thousands of small initializers around the large ones: the scan copies
+/// them field by field through its 64 KiB window of the file, so fields
+/// straddle the window's edges (about ten windows of them) and each must come
+/// out whole.
+TEST(ModelFile, SmallFieldsAcrossTheReadWindow) {
+  onnx::ModelProto m = sampleModel();
+  for (int i = 0; i < 6000; ++i)
+    addWeight(m, "w" + std::to_string(i), 1 + i % 41);
+  addWeight(m, "big3", 30000);
+  std::string bytes = m.SerializeAsString();
+  ASSERT_GT(bytes.size(), 16u * 64 * 1024);
+  expectSameParse(bytes);
+}
+
 /// Two graph fields merge (initializers appended in order), and a tensor
 /// with two raw_data fields keeps the last: both as protobuf does.
 TEST(ModelFile, MergedAndRepeatedFields) {

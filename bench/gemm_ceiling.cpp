@@ -13,10 +13,13 @@
 // bf16 steps are timed the way the CPU backend runs them: natively, or on
 // fp32 copies where the CPU has no faster bf16 path (nativeBf16Compute).
 //
-//   build/bin/ampc-bench-gemm-ceiling PLAN [THREADS] [--verbose]
+//   build/bin/ampc-bench-gemm-ceiling PLAN [THREADS] [--verbose] [--cold]
 //
 // --verbose prints each GEMM step's shape and time on stderr, to compare with
-// the step's own time in `AMPC_CPU_PROFILE=1 amp-run`.
+// the step's own time in `AMPC_CPU_PROFILE=1 amp-run`. --cold also times each
+// GEMM after writing 1 GiB (caches, TLB and oneDNN's code evicted), median of
+// 5, and prints the sum on stderr: a step's GEMMs, whose operands come from
+// other kernels, land between the two sums.
 //
 //===----------------------------------------------------------------------===//
 
@@ -63,8 +66,16 @@ memory::desc operand(int64_t batch, int64_t rows, int64_t cols, bool transposed,
   return memory::desc({batch, rows, cols}, t, strides);
 }
 
-/// Best of `runs` executions of the GEMM, warm, in seconds.
-double timeGemm(const Gemm &g, int runs) {
+/// Evicts the caches: writes a buffer larger than the last level.
+void flushCaches() {
+  static std::vector<uint8_t> junk(1u << 30, 1);
+  for (size_t i = 0; i < junk.size(); i += 64)
+    junk[i] += 1;
+}
+
+/// Best of `runs` executions of the GEMM, warm, in seconds; with `cold`, the
+/// median of runs after the caches were flushed.
+double timeGemm(const Gemm &g, int runs, bool cold = false) {
   memory::desc a = operand(g.batch, g.M, g.K, g.ta, g.type);
   memory::desc b = operand(g.batch, g.K, g.N, g.tb, g.type);
   memory::desc c({g.batch, g.M, g.N}, g.type, memory::dims{g.M * g.N, g.N, 1});
@@ -79,15 +90,23 @@ double timeGemm(const Gemm &g, int runs) {
   }
   dnnl::stream s(engine());
   double best = 1e30;
+  std::vector<double> times;
   for (int r = 0; r < runs + 1; ++r) {
+    if (cold)
+      flushCaches();
     auto t0 = std::chrono::steady_clock::now();
     prim.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
     s.wait();
     double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) // the first run pays for first touches
+    if (r > 0) { // the first run pays for first touches
       best = std::min(best, t);
+      times.push_back(t);
+    }
   }
-  return best;
+  if (!cold)
+    return best;
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 int64_t attrInt(const plan::Step &s, const std::string &name, int64_t fallback) {
@@ -147,11 +166,15 @@ double convMacs(const std::vector<int64_t> &y, const std::vector<int64_t> &w) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s PLAN [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PLAN [THREADS] [--verbose] [--cold]\n", argv[0]);
     return 1;
   }
   omp_set_num_threads(argc > 2 ? std::atoi(argv[2]) : 2);
-  bool verbose = argc > 3 && std::string(argv[3]) == "--verbose";
+  bool verbose = false, cold = false;
+  for (int i = 3; i < argc; ++i) {
+    verbose = verbose || std::string(argv[i]) == "--verbose";
+    cold = cold || std::string(argv[i]) == "--cold";
+  }
   plan::Plan p;
   std::string error;
   if (!rt::readPlanFile(argv[1], p, error)) {
@@ -166,7 +189,7 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "ampc-bench-gemm-ceiling: error: %s: no program 'step'\n", argv[1]);
     return 1;
   }
-  double gemmFlops = 0, convFlops = 0, ceiling = 0;
+  double gemmFlops = 0, convFlops = 0, ceiling = 0, coldCeiling = 0;
   int gemms = 0, convs = 0;
   for (const plan::Step &s : step->steps()) {
     if (s.op() == "MatMul" || s.op() == "Gemm") {
@@ -179,11 +202,15 @@ int main(int argc, char **argv) {
       gemmFlops += g.flops();
       double t = timeGemm(g, 5);
       ceiling += t;
+      double tc = cold ? timeGemm(g, 5, true) : 0;
+      coldCeiling += tc;
       if (verbose)
-        std::fprintf(stderr, "%8.3f ms  %s [%lld] %lldx%lldx%lld%s%s %s\n", t * 1e3, s.op().c_str(),
-                     static_cast<long long>(g.batch), static_cast<long long>(g.M),
-                     static_cast<long long>(g.K), static_cast<long long>(g.N),
-                     g.ta ? " transA" : "", g.tb ? " transB" : "", s.name().c_str());
+        std::fprintf(stderr, "%8.3f ms%s  %s [%lld] %lldx%lldx%lld%s%s %s\n", t * 1e3,
+                     cold ? (" (cold " + std::to_string(tc * 1e3) + ")").c_str() : "",
+                     s.op().c_str(), static_cast<long long>(g.batch),
+                     static_cast<long long>(g.M), static_cast<long long>(g.K),
+                     static_cast<long long>(g.N), g.ta ? " transA" : "", g.tb ? " transB" : "",
+                     s.name().c_str());
       ++gemms;
     } else if (s.op() == "Conv") {
       convFlops += 2 * convMacs(shapeOf(p, s.outputs(0)), shapeOf(p, s.inputs(1)));
@@ -209,6 +236,9 @@ int main(int argc, char **argv) {
   };
   double peakF32 = peak(memory::data_type::f32);
   double peakBF16 = peak(memory::data_type::bf16);
+  if (cold)
+    std::fprintf(stderr, "GEMM ceiling, caches flushed before each run (median): %.3f ms\n",
+                 coldCeiling * 1e3);
   std::printf("{\"gemm_steps\": %d, \"conv_steps\": %d, \"gemm_gflop\": %.4f, "
               "\"conv_gflop\": %.4f, \"gemm_ceiling_ms\": %.3f, \"peak_gflops_f32\": %.1f, "
               "\"peak_gflops_bf16\": %.1f, \"bf16_native\": %s}\n",

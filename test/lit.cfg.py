@@ -25,6 +25,22 @@ config.substitutions.append(("%scripts", os.path.join(config.ampc_src_root, "tes
 if config.ampc_have_cuda:
     config.available_features.add("cuda-build")
 
+# The CPU backend's AVX-512 build with SLEEF (its transcendentals and the
+# kernels of fused programs that use them) on a CPU that runs it: the flags
+# useAvx512 asks for (runtime/cpu/KernelHelpers.cpp).
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+if config.ampc_have_sleef and {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "f16c",
+                                "fma"} <= _cpu_flags():
+    config.available_features.add("avx512-sleef")
+
 # Data-parallel tests: amp-run built with MPI and an mpirun to start ranks
 # (Open MPI refuses root without --allow-run-as-root; 2 cores need
 # --oversubscribe for 4 ranks).

@@ -329,16 +329,22 @@ public:
   /// Kept values the backward pass reads only through elementwise ops of
   /// their own size, computed by at most kMaxIntoKernel elementwise ops
   /// from values it keeps anyway (GELU's x / sqrt(2) and 1 + erf(x / sqrt(2))
-  /// from x). Recomputed, the copies fuse into the backward kernel that
-  /// reads them: the forward kernel no longer writes them and the backward
-  /// one no longer reads them, for a few instructions more per element. So
-  /// this saves time as well as bytes, and runs whatever the level.
+  /// from x), or from results of ops that are not recomputed (a GEMM's) whose
+  /// bytes are fewer than the value's: the bf16 GEMM result P of an autocast
+  /// GELU's x = float(P) + bias is half of x's bytes. Recomputed, the copies
+  /// fuse into the backward kernel that reads them: the forward kernel no
+  /// longer writes them and the backward one no longer reads them (or reads
+  /// fewer bytes instead), for a few instructions more per element. So this
+  /// saves time as well as bytes, and runs whatever the level.
   template <typename IsBackward>
   static void recomputeIntoKernels(const std::vector<Value *> &values,
                                    const ValueIndex &index, IsBackward isBackward, Cut &cut) {
+    // Values kept because a recomputed chain reads them.
+    ValueIdMap<char> keptForChains(0);
     auto kept = [&](const Value *v) {
       int i = index.lookup(v);
-      return i >= 0 && cut.neededByBackward[i] && !cut.recompute.lookup(v);
+      return i >= 0 && ((cut.neededByBackward[i] && !cut.recompute.lookup(v)) ||
+                        keptForChains.lookup(v));
     };
     // An instruction of a fused kernel (not a view or layout change).
     auto elementwise = [](const Node &n) {
@@ -346,24 +352,45 @@ public:
       return rt::isFusedOpName(n.qualifiedOpType(storage));
     };
     // The values to recompute for v from kept ones, or false when that
-    // takes more than `budget` ops or ops that are not elementwise.
-    std::function<bool(Value *, int &, std::vector<Value *> &)> chain =
-        [&](Value *v, int &budget, std::vector<Value *> &out) {
-          if (!v || !v->producer() || v->isGraphOutput() || kept(v) ||
-              v->type().numElements() == 1)
+    // takes more than `budget` ops or ops that are not elementwise. Results
+    // of ops that are never recomputed end the chain as values to keep
+    // (`leaves`). `root`: the chain's first value; `read`: the values its
+    // copies read (kept ones and leaves).
+    const Value *root = nullptr;
+    std::vector<const Value *> read;
+    std::function<bool(Value *, int &, std::vector<Value *> &, std::vector<Value *> &)> chain =
+        [&](Value *v, int &budget, std::vector<Value *> &out, std::vector<Value *> &leaves) {
+          if (!v || v->type().numElements() == 1)
             return true;
+          if (!v->producer() || v->isGraphOutput() || kept(v)) {
+            if (!llvm::is_contained(read, v))
+              read.push_back(v);
+            return true;
+          }
+          // Recomputed already (for another chain, or by the cut): the
+          // backward kernel has its copy anyway.
+          if (v != root && cut.recompute.lookup(v))
+            return true;
+          if (!index.contains(v))
+            return false;
           const Node *p = v->producer();
-          if (!index.contains(v) || !isRecomputable(*p, RematLevel::Elementwise) || !elementwise(*p) ||
-              --budget < 0)
+          if (!isRecomputable(*p, RematLevel::All)) {
+            if (!llvm::is_contained(leaves, v)) {
+              leaves.push_back(v);
+              read.push_back(v);
+            }
+            return true;
+          }
+          if (!isRecomputable(*p, RematLevel::Elementwise) || !elementwise(*p) || --budget < 0)
             return false;
           out.push_back(v);
           for (Value *in : p->inputs())
-            if (!chain(in, budget, out))
+            if (!chain(in, budget, out, leaves))
               return false;
           return true;
         };
     for (Value *v : values) {
-      if (!kept(v) || !v->producer() || v->isGraphOutput())
+      if (!kept(v) || keptForChains.lookup(v) || !v->producer() || v->isGraphOutput())
         continue;
       bool onlyElementwise = true;
       for (const Use &u : v->uses())
@@ -376,13 +403,28 @@ public:
       // v itself must not count as kept while its chain is searched.
       cut.recompute[v] = 1;
       int budget = kMaxIntoKernel; // v's own op included
-      std::vector<Value *> copies;
-      if (!chain(v, budget, copies)) {
+      root = v;
+      read.clear();
+      std::vector<Value *> copies, leaves;
+      uint64_t leafBytes = 0, readBytes = 0;
+      bool ok = chain(v, budget, copies, leaves);
+      for (const Value *leaf : leaves)
+        leafBytes += leaf->type().byteSize();
+      for (const Value *r : read)
+        readBytes += r->type().byteSize();
+      // Keeping leaves instead of v must keep fewer bytes, and the backward
+      // kernel must read fewer bytes than v's (a bias row, not a target as
+      // large as v).
+      uint64_t bytes = static_cast<uint64_t>(v->type().byteSize());
+      if (!ok || (!leaves.empty() && (leafBytes >= bytes || readBytes >= bytes))) {
         cut.recompute[v] = 0;
         continue;
       }
       for (const Value *c : copies)
         cut.recompute[c] = 1;
+      for (const Value *leaf : leaves)
+        keptForChains[leaf] = 1;
+      cut.keptAfter += leafBytes;
       cut.keptAfter -= v->type().byteSize();
     }
   }

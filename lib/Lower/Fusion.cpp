@@ -308,6 +308,68 @@ void mergeSiblings(std::vector<FusionGroup> &groups,
   }
 }
 
+void hoistIntoProducers(std::vector<const Node *> &order) {
+  size_t count = order.size();
+  NodeMap position(kNone);
+  std::vector<char> fusable(count);
+  std::vector<size_t> kernelsBefore(count + 1, 0);
+  for (size_t i = 0; i < count; ++i) {
+    position[order[i]] = i;
+    fusable[i] = isFusableElementwise(*order[i]);
+    bool light = fusable[i] || runsNoKernel(*order[i]);
+    kernelsBefore[i + 1] = kernelsBefore[i] + !light;
+  }
+  // Where each node runs now: its own position, or the producer's it was
+  // moved behind. `behind[q]`: the nodes moved to just after position q.
+  std::vector<size_t> at(count);
+  std::vector<std::vector<const Node *>> behind(count);
+  std::vector<char> moved(count, 0);
+  for (size_t p = 0; p < count; ++p) {
+    at[p] = p;
+    if (!fusable[p])
+      continue;
+    const Node *n = order[p];
+    size_t latest = kNone;
+    for (const Value *v : n->inputs()) {
+      size_t q = v && v->producer() ? position.lookup(v->producer()) : kNone;
+      if (q != kNone && (latest == kNone || at[q] > at[latest]))
+        latest = q;
+    }
+    if (latest == kNone || !fusable[latest] ||
+        order[latest]->output()->shape() != n->output()->shape())
+      continue;
+    size_t anchor = at[latest];
+    if (kernelsBefore[p] - kernelsBefore[anchor + 1] != 1)
+      continue;
+    // Only past a kernel that reads a tensor n reads (the ReduceSum of the
+    // gradient n casts): n then takes its operand from registers instead of
+    // memory. Past an unrelated one, n would only leave the nodes after it
+    // that it feeds (a kernel apart now) in a step of their own.
+    const Node *between = nullptr;
+    for (size_t k = anchor + 1; k < p && !between; ++k)
+      if (!moved[k] && kernelsBefore[k + 1] != kernelsBefore[k])
+        between = order[k];
+    bool shared = false;
+    for (const Value *v : n->inputs())
+      shared = shared || (v && v->type().numElements() > 1 &&
+                          llvm::is_contained(between->inputs(), v));
+    if (!shared)
+      continue;
+    at[p] = anchor;
+    moved[p] = 1;
+    behind[anchor].push_back(n);
+  }
+  std::vector<const Node *> out;
+  out.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!moved[i])
+      out.push_back(order[i]);
+    for (const Node *n : behind[i])
+      out.push_back(n);
+  }
+  order = std::move(out);
+}
+
 std::vector<FusionGroup> findFusionGroups(const std::vector<const Node *> &order, bool fuse,
                                           const KeptToEnd &keptToEnd, size_t maxNodes,
                                           size_t maxInputs) {

@@ -27,6 +27,14 @@ bool isView(const Node &n);
 /// folds it into the MatMuls that read it).
 bool swapsLastTwoAxes(const Node &n);
 
+/// Moves each fusable node that a single kernel separates from the latest
+/// of its producers, itself fusable and of the same shape, to just after
+/// that producer, so that it joins the producer's fused step: the bf16 cast
+/// of a gradient that a bias's ReduceSum also reads then comes out of the
+/// kernel that computes the gradient instead of reading it back from
+/// memory. The moved node's result lives across that one kernel.
+void hoistIntoProducers(std::vector<const Node *> &order);
+
 /// Values that stay live to the end of the program whatever the fusion does
 /// (program outputs): fusing their readers later keeps nothing alive longer.
 using KeptToEnd = std::function<bool(const Value *)>;

@@ -89,6 +89,9 @@ public:
       if (!split)
         return split.takeError();
       specs = std::move(*split);
+      if (opts_.fuseElementwise)
+        for (ProgramSpec &spec : *specs)
+          hoistIntoProducers(spec.nodes);
       // Fusion reads the graph only: it runs on a second thread while the
       // plan's tensors are made (a fifth of lowering a 10,000-node graph).
       fusion = std::async(std::launch::async, [this, &specs] { return fuseEach(*specs); });

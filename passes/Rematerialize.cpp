@@ -343,8 +343,8 @@ public:
     ValueIdMap<char> keptForChains(0);
     auto kept = [&](const Value *v) {
       int i = index.lookup(v);
-      return i >= 0 && ((cut.neededByBackward[i] && !cut.recompute.lookup(v)) ||
-                        keptForChains.lookup(v));
+      return i >= 0 &&
+             ((cut.neededByBackward[i] && !cut.recompute.lookup(v)) || keptForChains.lookup(v));
     };
     // An instruction of a fused kernel (not a view or layout change).
     auto elementwise = [](const Node &n) {

@@ -351,8 +351,8 @@ void hoistIntoProducers(std::vector<const Node *> &order) {
         between = order[k];
     bool shared = false;
     for (const Value *v : n->inputs())
-      shared = shared || (v && v->type().numElements() > 1 &&
-                          llvm::is_contained(between->inputs(), v));
+      shared =
+          shared || (v && v->type().numElements() > 1 && llvm::is_contained(between->inputs(), v));
     if (!shared)
       continue;
     at[p] = anchor;

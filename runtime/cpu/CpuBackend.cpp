@@ -441,13 +441,20 @@ private:
     Program out;
     std::vector<NormEpilogue> epilogues = epiloguesOf(prog);
     if (std::getenv("AMPC_CPU_EPILOGUE_REPORT")) {
-      int fused = 0;
-      for (const NormEpilogue &e : epilogues)
-        fused += e.fused;
+      int relu = 0, cast = 0, castOnly = 0;
+      for (const NormEpilogue &e : epilogues) {
+        relu += e.fused && !e.cast;
+        cast += e.cast;
+        castOnly += e.castOnly;
+      }
       std::fprintf(
           stderr,
           "cpu epilogues: program '%s': %d BatchNormalization steps write the Relu after them\n",
-          prog.name().c_str(), fused);
+          prog.name().c_str(), relu);
+      std::fprintf(stderr,
+                   "cpu epilogues: program '%s': %d LayerNormalization and Softmax steps write "
+                   "the bf16 cast after them, %d of them instead of their own result\n",
+                   prog.name().c_str(), cast, castOnly);
     }
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
@@ -475,7 +482,10 @@ private:
         error = where + ": cannot allocate the plain copy of a channel-blocked operand";
         return false;
       }
-      if (epilogues[s].fused) {
+      if (epilogues[s].cast) {
+        ctx.castOutput = arg(prog.steps(s + 1).outputs(0));
+        ctx.castOnly = epilogues[s].castOnly;
+      } else if (epilogues[s].fused) {
         ctx.reluOutput = epilogueArg(prog.steps(s + 1).outputs(0));
         ctx.reluResidual = epilogueArg(epilogues[s].residual);
       }

@@ -133,6 +133,11 @@ struct StepContext {
   /// step after it, which it writes into `reluOutput` in place of Y
   /// (NormEpilogue.h). No data: no epilogue.
   TensorArg reluOutput, reluResidual;
+  /// LayerNormalization and Softmax only: the bf16 result of the Cast step
+  /// after them, which they write as well (NormEpilogue.h); with
+  /// `castOnly`, instead of Y. No data: no epilogue.
+  TensorArg castOutput;
+  bool castOnly = false;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;

@@ -1,4 +1,4 @@
-//===- NormEpilogue.cpp - BatchNormalization writing the Relu after it ----===//
+//===- NormEpilogue.cpp - Normalizations writing the step after them ------===//
 
 #include "NormEpilogue.h"
 
@@ -70,6 +70,46 @@ bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, i
   return true;
 }
 
+/// Whether the Cast to bf16 `cast` (right after `norm`, a LayerNormalization
+/// or a last-axis Softmax) can be written by it; `castOnly` when Y need not
+/// be written too.
+bool castFusable(const plan::Plan &p, const plan::Step &norm, const plan::Step &cast,
+                 bool &castOnly) {
+  if (!isCastToBf16Step(cast) || norm.outputs_size() < 1 || !validId(p, norm.outputs(0)) ||
+      !validId(p, cast.outputs(0)) || cast.inputs(0) != norm.outputs(0))
+    return false;
+  int y = norm.outputs(0), z = cast.outputs(0);
+  const plan::Tensor &yt = p.tensors(y), &zt = p.tensors(z);
+  int64_t n = planNumElements(yt);
+  if (n == 0 || yt.type() != plan::F32 || zt.type() != plan::BF16 || planNumElements(zt) != n ||
+      zt.has_view_of())
+    return false;
+  if (norm.op() == "Softmax") {
+    int64_t axis = -1;
+    for (const plan::Attribute &a : norm.attrs())
+      if (a.name() == "axis")
+        axis = a.i();
+    int64_t rank = yt.shape_size();
+    if (axis != -1 && axis != rank - 1)
+      return false;
+  }
+  // Y not written at all: only the cast reads it, in the arena, on its own
+  // bytes or Z's. Otherwise Y is written too, and Z may share none of its bytes.
+  castOnly = norm.op() == "LayerNormalization" && planTensorUses(p, y, z) == 1 &&
+             p.tensors(planBaseTensor(p, y)).storage() == plan::ARENA && !yt.has_view_of();
+  if (!castOnly && planTensorsMayOverlap(p, y, z))
+    return false;
+  // Z is written row by row while the normalization reads its operands
+  // and writes its other results: it may share no byte with them.
+  for (int in : norm.inputs())
+    if (in >= 0 && planTensorsMayOverlap(p, in, z))
+      return false;
+  for (int i = 1; i < norm.outputs_size(); ++i)
+    if (norm.outputs(i) >= 0 && planTensorsMayOverlap(p, norm.outputs(i), z))
+      return false;
+  return true;
+}
+
 } // namespace
 
 std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program &prog) {
@@ -78,6 +118,14 @@ std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program
     return out;
   for (int s = 0; s + 1 < prog.steps_size(); ++s) {
     const plan::Step &bn = prog.steps(s);
+    if (bn.op() == "LayerNormalization" || bn.op() == "Softmax") {
+      bool castOnly = false;
+      if (castFusable(p, bn, prog.steps(s + 1), castOnly)) {
+        out[s].fused = out[s].cast = true;
+        out[s].castOnly = castOnly;
+      }
+      continue;
+    }
     if (bn.op() != "BatchNormalization")
       continue;
     int residual = -1;

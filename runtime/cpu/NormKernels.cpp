@@ -97,6 +97,14 @@ std::unique_ptr<Kernel> createLayerNorm(const StepContext &ctx, std::string &err
     return nullptr;
   }
   float eps = static_cast<float>(ctx.attrFloat("epsilon", 1e-5));
+  // The Cast to bf16 after this step (NormEpilogue.h): Y rounded as that
+  // step rounds it, and with castOnly Y itself not written.
+  TensorArg z = ctx.castOutput;
+  bool writeY = !(z.data && ctx.castOnly);
+  if (z.data && z.numel != y.numel) {
+    error = "the bf16 cast written with Y must be shaped like Y";
+    return nullptr;
+  }
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
   size_t offParams = layout.add<float>(2 * inner);
@@ -121,10 +129,13 @@ std::unique_ptr<Kernel> createLayerNorm(const StepContext &ctx, std::string &err
             float inv = 1.0f / std::sqrt(rowSumSquaredDiff(F32Row{xr}, mu, inner) /
                                              static_cast<float>(inner) +
                                          eps);
-            float *yr = rowOut(y, r * inner, buf);
+            float *yr = writeY ? rowOut(y, r * inner, buf) : buf;
             for (int64_t i = 0; i < inner; ++i)
               yr[i] = (xr[i] - mu) * inv * sc[i] + bs[i];
-            rowCommit(y, r * inner, inner, yr);
+            if (writeY)
+              rowCommit(y, r * inner, inner, yr);
+            if (z.data)
+              storeFloats(z, r * inner, inner, yr);
             if (meanOut.data)
               storeFloat(meanOut, r, mu);
             if (invOut.data)

@@ -103,6 +103,12 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
   Slices s;
   if (!slicesOf(ctx, a, s, error))
     return nullptr;
+  // The Cast to bf16 after a Softmax (NormEpilogue.h), written with Y.
+  TensorArg z = ctx.castOutput;
+  if (z.data && (op != SoftOp::Softmax || ctx.castOnly || z.numel != y.numel)) {
+    error = "a bf16 cast written with the result must be shaped like it";
+    return nullptr;
+  }
   int64_t slice = s.len * s.inner;
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
@@ -129,6 +135,8 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
         if (I == 1 && op != SoftOp::Hardmax) {
           softRow(op, x, yv, out, buf + colsEnd, L);
           rowCommit(y, o * slice, slice, out);
+          if (z.data)
+            storeFloats(z, o * slice, slice, out);
           continue;
         }
         switch (op) {
@@ -200,6 +208,8 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
         }
         }
         rowCommit(y, o * slice, slice, out);
+        if (z.data)
+          storeFloats(z, o * slice, slice, out);
       }
     });
   });

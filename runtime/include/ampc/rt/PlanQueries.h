@@ -33,6 +33,10 @@ int planTensorUses(const plan::Plan &p, int id, int exceptView);
 /// an ampc.Fused program of that one instruction).
 bool isReluStep(const plan::Step &t);
 
+/// Step `t` is an ampc.Fused program of one instruction, a Cast of its one
+/// input to bf16, into its one output.
+bool isCastToBf16Step(const plan::Step &t);
+
 /// Step `t` is an ampc.Fused program computing Relu(in0 + in1) into its one
 /// output, both instructions in the output's type (each rounded to it, as
 /// the unfused Add and Relu would be).

@@ -71,6 +71,26 @@ int planTensorUses(const plan::Plan &p, int id, int exceptView) {
   return uses;
 }
 
+bool checkStepOperandsApart(const plan::Plan &p, std::string &error) {
+  for (const plan::Program &prog : p.programs())
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &step = prog.steps(s);
+      if (step.op() == "ampc.Fused" || step.op() == "ampc.AdamW")
+        continue;
+      for (int out : step.outputs())
+        for (int in : step.inputs()) {
+          if (out < 0 || in < 0 || out >= p.tensors_size() || in >= p.tensors_size() ||
+              !planTensorsMayOverlap(p, out, in))
+            continue;
+          error = "program '" + prog.name() + "' step " + std::to_string(s) + " (" + step.op() +
+                  " '" + step.name() + "'): its result tensor " + std::to_string(out) +
+                  " shares bytes with its operand tensor " + std::to_string(in);
+          return false;
+        }
+    }
+  return true;
+}
+
 bool isReluStep(const plan::Step &t) {
   if (t.inputs_size() != 1 || t.outputs_size() != 1)
     return false;

@@ -4,6 +4,7 @@
 
 #include "ampc/rt/ElementMath.h"
 #include "ampc/rt/PlanFile.h"
+#include "ampc/rt/PlanQueries.h"
 
 #include "onnx/onnx_pb.h"
 
@@ -114,7 +115,7 @@ void widenToFloat(HostArray &a) {
 
 std::unique_ptr<Session> Session::fromPlan(plan::Plan p, std::unique_ptr<Backend> backend,
                                            std::string &error) {
-  if (!validatePlan(p, error))
+  if (!validatePlan(p, error) || !checkStepOperandsApart(p, error))
     return nullptr;
   std::unique_ptr<Session> s(new Session());
   s->plan_ = std::move(p);

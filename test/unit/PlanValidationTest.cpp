@@ -90,5 +90,34 @@ TEST(PlanValidation, OverlappingLiveBuffersAreRefused) {
       << loadError(p);
 }
 
+/// An operand's bytes may be taken by a result of the step that reads it
+/// last, which the steps computed in place (ampc.Fused) need; a Concat whose
+/// result was moved onto its operand copied overlapping bytes (ASan's
+/// memcpy-param-overlap, found by ampc-fuzz-plan).
+TEST(PlanValidation, ResultOnTheBytesOfAnOperandIsRefused) {
+  plan::Plan p = lowerText(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3] x) => (float[2,6] y) {
+  a = Relu (x)
+  c = Concat <axis = 1> (a, a)
+  y = Tanh (c)
+})");
+  ASSERT_EQ(loadError(p), "");
+  int a = -1, c = -1;
+  for (const plan::Step &s : p.programs(0).steps())
+    if (s.op() == "Concat") {
+      a = s.inputs(0);
+      c = s.outputs(0);
+    }
+  ASSERT_GE(a, 0);
+  // c is computed in the bytes of y (Tanh writes its program output in place).
+  int base = p.tensors(c).has_view_of() ? p.tensors(c).view_of() : c;
+  ASSERT_EQ(p.tensors(a).storage(), plan::ARENA);
+  ASSERT_EQ(p.tensors(base).storage(), plan::ARENA);
+  p.mutable_tensors(base)->set_offset(p.tensors(a).offset());
+  std::string error = loadError(p);
+  EXPECT_NE(error.find("(Concat 'c'): its result tensor"), std::string::npos) << error;
+  EXPECT_NE(error.find("shares bytes with its operand tensor"), std::string::npos) << error;
+}
+
 } // namespace
 } // namespace ampc

@@ -10,6 +10,8 @@
 
 #include "plan.pb.h"
 
+#include <string>
+
 namespace ampc::rt {
 
 /// The tensor whose storage `id` uses: itself, or the base of its views.
@@ -28,6 +30,13 @@ bool planTensorsStartTogether(const plan::Plan &p, int x, int y);
 /// operands, program bindings, state updates), views of it other than
 /// tensor `exceptView` counted as reads.
 int planTensorUses(const plan::Plan &p, int id, int exceptView);
+
+/// Every step's results share no byte with its operands, except those of
+/// the steps the lowering computes in place (ampc.Fused, ampc.AdamW: element
+/// by element, from the same first byte). False with a one-line error naming
+/// the step and the two tensors otherwise (a corrupt plan: a Concat whose
+/// result overlaps an operand copied overlapping bytes, found by fuzzing).
+bool checkStepOperandsApart(const plan::Plan &p, std::string &error);
 
 /// Step `t` is Relu of its one input into its one output (a Relu step, or
 /// an ampc.Fused program of that one instruction).

@@ -386,6 +386,17 @@ std::unique_ptr<Kernel> createTile(const StepContext &ctx, std::string &error) {
 // Concat, Split
 //===----------------------------------------------------------------------===//
 
+/// a and b have one rank and the same dims except along `axis`: the copies
+/// of Concat and Split move whole runs of the other dims.
+bool sameExceptAxis(const TensorArg &a, const TensorArg &b, int64_t axis) {
+  if (a.rank() != b.rank())
+    return false;
+  for (int64_t d = 0; d < a.rank(); ++d)
+    if (d != axis && a.shape[d] != b.shape[d])
+      return false;
+  return true;
+}
+
 std::unique_ptr<Kernel> createConcat(const StepContext &ctx, std::string &error) {
   if (ctx.outputs.empty() || !ctx.outputs[0].data) {
     error = "missing result";
@@ -398,10 +409,21 @@ std::unique_ptr<Kernel> createConcat(const StepContext &ctx, std::string &error)
     return nullptr;
   }
   std::vector<TensorArg> xs;
+  int64_t total = 0;
   for (unsigned i = 0; i < ctx.inputs.size(); ++i) {
     if (!ctx.has(i) || !sameType(ctx, ctx.inputs[i], y, error))
       return nullptr;
+    if (!sameExceptAxis(ctx.inputs[i], y, axis)) {
+      error = "operand " + std::to_string(i) + " " + argString(ctx.inputs[i]) +
+              " does not match the result " + argString(y) + " off the axis";
+      return nullptr;
+    }
+    total += ctx.inputs[i].shape[axis];
     xs.push_back(ctx.inputs[i]);
+  }
+  if (total != y.shape[axis]) {
+    error = "the operands do not cover the result's axis";
+    return nullptr;
   }
   int64_t outer = product(y.shape, 0, axis), inner = product(y.shape, axis + 1);
   size_t es = elemBytes(y.type);
@@ -440,6 +462,11 @@ std::unique_ptr<Kernel> createSplit(const StepContext &ctx, std::string &error) 
       return nullptr;
     if (y.rank() != x.rank()) {
       error = "every result of Split must be typed";
+      return nullptr;
+    }
+    if (!sameExceptAxis(x, y, axis)) {
+      error = "result " + argString(y) + " does not match the operand " + argString(x) +
+              " off the axis";
       return nullptr;
     }
     total += y.shape[axis];

@@ -119,5 +119,45 @@ g (float[2,3] x) => (float[2,6] y) {
   EXPECT_NE(error.find("shares bytes with its operand tensor"), std::string::npos) << error;
 }
 
+/// Concat's copies are sized by the result's dims off the axis: with its
+/// axis attribute's name mutated (the default axis 0) it read and wrote past
+/// its tensors (ampc-fuzz-plan; ASan first saw the read run into the result).
+TEST(PlanValidation, ConcatOperandsNotMatchingTheResultAreRefused) {
+  plan::Plan p = lowerText(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2,3] x) => (float[2,6] y) {
+  a = Relu (x)
+  c = Concat <axis = 1> (a, a)
+  y = Tanh (c)
+})");
+  ASSERT_EQ(loadError(p), "");
+  for (plan::Step &s : *p.mutable_programs(0)->mutable_steps())
+    if (s.op() == "Concat")
+      for (plan::Attribute &a : *s.mutable_attrs())
+        if (a.name() == "axis")
+          a.set_name("a8is");
+  std::string error = loadError(p);
+  EXPECT_NE(error.find("does not match the result"), std::string::npos) << error;
+}
+
+/// Split likewise: a result whose dims off the axis are not the operand's.
+TEST(PlanValidation, SplitResultsNotMatchingTheOperandAreRefused) {
+  plan::Plan p = lowerText(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[4,6] x) => (float[4,3] y, float[4,3] z) {
+  a = Relu (x)
+  b, c = Split <axis = 1> (a)
+  y = Tanh (b)
+  z = Tanh (c)
+})");
+  ASSERT_EQ(loadError(p), "");
+  for (const plan::Step &s : p.programs(0).steps())
+    if (s.op() == "Split") {
+      plan::Tensor &t = *p.mutable_tensors(s.outputs(0));
+      t.set_shape(0, 2);
+      t.set_shape(1, 6);
+    }
+  std::string error = loadError(p);
+  EXPECT_NE(error.find("does not match the operand"), std::string::npos) << error;
+}
+
 } // namespace
 } // namespace ampc

@@ -14,6 +14,18 @@ namespace {
 
 bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
 
+/// Z, written while normalization `norm` reads its operands and writes its
+/// other results (the statistics), shares no byte with them.
+bool apartFromNormOperands(const plan::Plan &p, const plan::Step &norm, int z) {
+  for (int in : norm.inputs())
+    if (in >= 0 && planTensorsMayOverlap(p, in, z))
+      return false;
+  for (int i = 1; i < norm.outputs_size(); ++i)
+    if (norm.outputs(i) >= 0 && planTensorsMayOverlap(p, norm.outputs(i), z))
+      return false;
+  return true;
+}
+
 /// Whether step `act` (right after normalization `bn`) can be done by it:
 /// `residual` gets R's id, or -1.
 bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, int &residual) {
@@ -54,16 +66,11 @@ bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, i
   if (planTensorUses(p, y, z) != 1 || p.tensors(planBaseTensor(p, y)).storage() != plan::ARENA ||
       (p.tensors(y).has_view_of() && planBaseTensor(p, y) != planBaseTensor(p, z)))
     return false;
-  // Z is written while the normalization reads its operands and writes its
-  // statistics: it may share no byte with them. Y's bytes are Z's to use
-  // (only the Relu reads Y); R may be Z's own bytes from the same first byte
-  // (the Add in place), as each element of R is read before Z's is written.
-  for (int in : bn.inputs())
-    if (in >= 0 && planTensorsMayOverlap(p, in, z))
-      return false;
-  for (int i = 1; i < bn.outputs_size(); ++i)
-    if (bn.outputs(i) >= 0 && planTensorsMayOverlap(p, bn.outputs(i), z))
-      return false;
+  // Y's bytes are Z's to use (only the Relu reads Y); R may be Z's own bytes
+  // from the same first byte (the Add in place), as each element of R is
+  // read before Z's is written.
+  if (!apartFromNormOperands(p, bn, z))
+    return false;
   if (residual >= 0 && planTensorsMayOverlap(p, residual, z) &&
       !planTensorsStartTogether(p, residual, z))
     return false;
@@ -99,15 +106,7 @@ bool castFusable(const plan::Plan &p, const plan::Step &norm, const plan::Step &
              p.tensors(planBaseTensor(p, y)).storage() == plan::ARENA && !yt.has_view_of();
   if (!castOnly && planTensorsMayOverlap(p, y, z))
     return false;
-  // Z is written row by row while the normalization reads its operands
-  // and writes its other results: it may share no byte with them.
-  for (int in : norm.inputs())
-    if (in >= 0 && planTensorsMayOverlap(p, in, z))
-      return false;
-  for (int i = 1; i < norm.outputs_size(); ++i)
-    if (norm.outputs(i) >= 0 && planTensorsMayOverlap(p, norm.outputs(i), z))
-      return false;
-  return true;
+  return apartFromNormOperands(p, norm, z);
 }
 
 } // namespace

@@ -90,17 +90,18 @@ TEST(PlanValidation, OverlappingLiveBuffersAreRefused) {
       << loadError(p);
 }
 
-/// An operand's bytes may be taken by a result of the step that reads it
-/// last, which the steps computed in place (ampc.Fused) need; a Concat whose
-/// result was moved onto its operand copied overlapping bytes (ASan's
-/// memcpy-param-overlap, found by ampc-fuzz-plan).
-TEST(PlanValidation, ResultOnTheBytesOfAnOperandIsRefused) {
-  plan::Plan p = lowerText(R"(<ir_version: 8, opset_import: ["" : 17]>
+const char *kConcat = R"(<ir_version: 8, opset_import: ["" : 17]>
 g (float[2,3] x) => (float[2,6] y) {
   a = Relu (x)
   c = Concat <axis = 1> (a, a)
   y = Tanh (c)
-})");
+})";
+
+/// An operand's bytes may be taken by a result of the step that reads it
+/// last, which the steps computed in place (ampc.Fused) need; any other
+/// kernel would read the operand after writing over it (a Concat here).
+TEST(PlanValidation, ResultOnTheBytesOfAnOperandIsRefused) {
+  plan::Plan p = lowerText(kConcat);
   ASSERT_EQ(loadError(p), "");
   int a = -1, c = -1;
   for (const plan::Step &s : p.programs(0).steps())
@@ -123,12 +124,7 @@ g (float[2,3] x) => (float[2,6] y) {
 /// axis attribute's name mutated (the default axis 0) it read and wrote past
 /// its tensors (ampc-fuzz-plan; ASan first saw the read run into the result).
 TEST(PlanValidation, ConcatOperandsNotMatchingTheResultAreRefused) {
-  plan::Plan p = lowerText(R"(<ir_version: 8, opset_import: ["" : 17]>
-g (float[2,3] x) => (float[2,6] y) {
-  a = Relu (x)
-  c = Concat <axis = 1> (a, a)
-  y = Tanh (c)
-})");
+  plan::Plan p = lowerText(kConcat);
   ASSERT_EQ(loadError(p), "");
   for (plan::Step &s : *p.mutable_programs(0)->mutable_steps())
     if (s.op() == "Concat")

@@ -347,7 +347,7 @@ void hoistIntoProducers(std::vector<const Node *> &order) {
     // that it feeds (a kernel apart now) in a step of their own.
     const Node *between = nullptr;
     for (size_t k = anchor + 1; k < p && !between; ++k)
-      if (!moved[k] && kernelsBefore[k + 1] != kernelsBefore[k])
+      if (kernelsBefore[k + 1] != kernelsBefore[k]) // a moved node is fusable: no kernel
         between = order[k];
     bool shared = false;
     for (const Value *v : n->inputs())

@@ -60,10 +60,6 @@ plan::ElemType planType(DType d) {
   return plan::F32;
 }
 
-/// Steps whose every result element depends on the same element of the
-/// inputs only, so a result may overwrite an input it reads.
-bool updatesElementwise(const std::string &op) { return op == "ampc.Fused" || op == "ampc.AdamW"; }
-
 class Lowering {
 public:
   Lowering(const Graph &g, const LowerOptions &opts) : g_(g), opts_(opts) {}
@@ -856,7 +852,7 @@ private:
     auto viewsOf = viewsByTensor();
     for (const StateBinding &sb : spec.updates) {
       int step = stepOf_.lookup(sb.updated);
-      if (step < 0 || !updatesElementwise(prog.steps(step).op()))
+      if (step < 0 || !rt::planStepMayComputeInPlace(prog.steps(step).op()))
         continue;
       int state = tensorOf(sb.state), updated = tensorOf(sb.updated);
       if (isViewTensor(updated) || sb.updated->isGraphInput() || used[state])

@@ -75,7 +75,7 @@ bool checkStepOperandsApart(const plan::Plan &p, std::string &error) {
   for (const plan::Program &prog : p.programs())
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
-      if (step.op() == "ampc.Fused" || step.op() == "ampc.AdamW")
+      if (planStepMayComputeInPlace(step.op()))
         continue;
       for (int out : step.outputs())
         for (int in : step.inputs()) {
@@ -89,6 +89,18 @@ bool checkStepOperandsApart(const plan::Plan &p, std::string &error) {
         }
     }
   return true;
+}
+
+const plan::Attribute *planStepAttr(const plan::Step &step, const std::string &name) {
+  for (const plan::Attribute &a : step.attrs())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t planStepAttrInt(const plan::Step &step, const std::string &name, int64_t dflt) {
+  const plan::Attribute *a = planStepAttr(step, name);
+  return a && a->value_case() == plan::Attribute::kI ? a->i() : dflt;
 }
 
 bool isReluStep(const plan::Step &t) {

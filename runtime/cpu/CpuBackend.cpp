@@ -7,6 +7,7 @@
 #include "NormEpilogue.h"
 
 #include "ampc/rt/PlanFile.h"
+#include "ampc/rt/PlanQueries.h"
 
 #include <omp.h>
 
@@ -50,15 +51,11 @@ std::vector<std::string> cpuKernelOps() {
 }
 
 const plan::Attribute *StepContext::attr(const std::string &name) const {
-  for (const plan::Attribute &a : step.attrs())
-    if (a.name() == name)
-      return &a;
-  return nullptr;
+  return planStepAttr(step, name);
 }
 
 int64_t StepContext::attrInt(const std::string &name, int64_t dflt) const {
-  const plan::Attribute *a = attr(name);
-  return a && a->value_case() == plan::Attribute::kI ? a->i() : dflt;
+  return planStepAttrInt(step, name, dflt);
 }
 
 double StepContext::attrFloat(const std::string &name, double dflt) const {

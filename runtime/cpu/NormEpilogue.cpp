@@ -92,11 +92,8 @@ bool castFusable(const plan::Plan &p, const plan::Step &norm, const plan::Step &
       zt.has_view_of())
     return false;
   if (norm.op() == "Softmax") {
-    int64_t axis = -1;
-    for (const plan::Attribute &a : norm.attrs())
-      if (a.name() == "axis")
-        axis = a.i();
-    int64_t rank = yt.shape_size();
+    // The axis as the Softmax kernel reads it (StepContext::attrInt).
+    int64_t axis = planStepAttrInt(norm, "axis", -1), rank = yt.shape_size();
     if (axis != -1 && axis != rank - 1)
       return false;
   }

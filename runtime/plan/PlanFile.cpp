@@ -39,6 +39,10 @@ bool isWidening(plan::ElemType from, plan::ElemType to) {
 }
 } // namespace
 
+bool planStepMayComputeInPlace(const std::string &op) {
+  return op == "ampc.Fused" || op == "ampc.AdamW";
+}
+
 size_t planElemSize(plan::ElemType t) {
   switch (t) {
   case plan::F64:

@@ -64,6 +64,12 @@ bool parsePlanBytes(const char *bytes, size_t size, const std::string &path, pla
 /// the right size, known programs and bindings. Errors name the tensor or step.
 bool validatePlan(const plan::Plan &p, std::string &error);
 
+/// Steps of kernel `op` compute every result element from the same element
+/// of their operands only, so the lowering may give a result the bytes of an
+/// operand it reads last, from the same first byte (ampc.Fused, ampc.AdamW);
+/// a session refuses that for any other step (checkStepOperandsApart).
+bool planStepMayComputeInPlace(const std::string &op);
+
 /// Bytes of one element / of a whole tensor.
 size_t planElemSize(plan::ElemType t);
 /// The ONNX text name of an element type ("float16"), "?" when unknown.

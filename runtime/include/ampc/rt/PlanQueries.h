@@ -32,11 +32,15 @@ bool planTensorsStartTogether(const plan::Plan &p, int x, int y);
 int planTensorUses(const plan::Plan &p, int id, int exceptView);
 
 /// Every step's results share no byte with its operands, except those of
-/// the steps the lowering computes in place (ampc.Fused, ampc.AdamW: element
-/// by element, from the same first byte). False with a one-line error naming
-/// the step and the two tensors otherwise (a corrupt plan: a Concat whose
-/// result overlaps an operand copied overlapping bytes, found by fuzzing).
+/// the steps that may compute in place (planStepMayComputeInPlace). False
+/// with a one-line error naming the step and the two tensors otherwise: a
+/// corrupt plan, whose kernel would read an operand after writing over it.
 bool checkStepOperandsApart(const plan::Plan &p, std::string &error);
+
+/// Attribute `name` of `step`, or nullptr; its int value, or `dflt` when it
+/// is missing or not an int.
+const plan::Attribute *planStepAttr(const plan::Step &step, const std::string &name);
+int64_t planStepAttrInt(const plan::Step &step, const std::string &name, int64_t dflt);
 
 /// Step `t` is Relu of its one input into its one output (a Relu step, or
 /// an ampc.Fused program of that one instruction).

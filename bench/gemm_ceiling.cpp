@@ -152,7 +152,12 @@ bool gemmOf(const plan::Plan &p, const plan::Step &s, Gemm &g) {
     g.M *= g.batch;
     g.batch = 1;
   }
-  g.type = computeType(p.tensors(s.inputs(0)).type());
+  plan::ElemType storage = p.tensors(s.inputs(0)).type();
+  g.type = computeType(storage);
+  // The backend copies such an A plain before the GEMM (copyTransposedA): the
+  // ceiling is the GEMM on the plain copy, the copy being the step's own cost.
+  if (g.ta && g.batch == 1 && rt::cpu::copyTransposedA(storage, g.M * g.K * 2))
+    g.ta = false;
   return true;
 }
 

@@ -36,6 +36,18 @@ inline dnnl::engine &dnnlEngine() {
 /// AMPC_CPU_BF16=native|fp32 overrides it.
 bool nativeBf16Compute();
 
+/// Whether a native bf16 GEMM reads its transposed 2-D A from a plain copy
+/// made by a oneDNN reorder just before it, instead of through exchanged
+/// strides. oneDNN 2.6's AMX matmul pays 0.1-0.2 ms for a transposed A at the
+/// GPT's weight-gradient shapes (384x1024x1536: 0.86-0.94 ms against 0.69-0.70
+/// plain), while the reorder of an A of at most 1 MiB, which stays in the
+/// core's L2, takes 0.03-0.05 ms; larger copies cost as much as they save
+/// (docs/benchmarks.md). fp32 GEMMs gain nothing. The sums are those of the
+/// plain GEMM, decided by the shape alone: the same bits on every run.
+/// AMPC_CPU_GEMM_COPY_A=off keeps the strided read (to measure it). `aBytes`
+/// is A's size in storage.
+bool copyTransposedA(plan::ElemType type, int64_t aBytes);
+
 /// Whether a kernel of storage type `t` runs on fp32 copies of its operands
 /// in scratch (fp16 always; bf16 unless nativeBf16Compute()).
 inline bool computeViaF32(plan::ElemType t) {

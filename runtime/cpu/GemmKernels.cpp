@@ -12,6 +12,8 @@
 // Gemm's transA/transB are strides of the operand descriptors; C joins as the
 // primitive's bias when it is a row vector with alpha = beta = 1, otherwise an
 // fp32 epilogue computes alpha * AB + beta * C before the single rounding.
+// A small transposed A of a native bf16 GEMM (a weight gradient's dY^T) is
+// transposed into scratch first (copyTransposedA).
 //
 //===----------------------------------------------------------------------===//
 
@@ -44,6 +46,15 @@ bool nativeBf16Compute() {
   return native;
 }
 
+bool copyTransposedA(plan::ElemType type, int64_t aBytes) {
+  static const bool enabled = [] {
+    const char *v = std::getenv("AMPC_CPU_GEMM_COPY_A");
+    return !(v && std::strcmp(v, "off") == 0);
+  }();
+  constexpr int64_t kMaxCopyBytes = 1 << 20;
+  return enabled && type == plan::BF16 && nativeBf16Compute() && aBytes <= kMaxCopyBytes;
+}
+
 namespace {
 
 using dt = dnnl::memory::data_type;
@@ -55,6 +66,7 @@ public:
   plan::ElemType type = plan::F32;
   std::vector<int64_t> aDims, bDims, yDims; // oneDNN dims (batch..., rows, cols)
   std::vector<int64_t> aStrides, bStrides;
+  bool aTransposed = false; // aStrides exchange A's last two dims
   int64_t M = 0, N = 0, K = 0;
   // Gemm epilogue.
   bool epilogue = false, cAsBias = false;
@@ -80,8 +92,12 @@ public:
     }
     if (dstInScratch_)
       offY_ = layout.add<float>(y.numel);
+    copyA_ = aTransposed && aDims.size() == 2 && !viaF32 &&
+             copyTransposedA(type, a.numel * static_cast<int64_t>(sizeof(uint16_t)));
     try {
       dnnl::memory::desc aMd(toDims(aDims), cdt, toDims(aStrides));
+      if (copyA_)
+        aMd = prepareCopyA(aMd, layout);
       dnnl::memory::desc bMd(toDims(bDims), cdt, toDims(bStrides));
       dnnl::memory::desc yMd = plainDesc(yDims, dstInScratch_ ? dt::f32 : cdt);
       dnnl::matmul::primitive_desc pd;
@@ -114,7 +130,7 @@ public:
         if (inScratch)
           call_.scratchArgs.push_back({arg, scratchOff});
       };
-      bind(DNNL_ARG_SRC, aMd, a.data, offA_, viaF32);
+      bind(DNNL_ARG_SRC, aMd, a.data, copyA_ ? offCopyA_ : offA_, viaF32 || copyA_);
       bind(DNNL_ARG_WEIGHTS, bMd, b.data, offB_, viaF32);
       bind(DNNL_ARG_DST, yMd, y.data, offY_, dstInScratch_);
       if (cAsBias)
@@ -141,11 +157,30 @@ public:
         parallelToFloat(pool_, c, at<float>(base, offC_));
     }
     omp_set_num_threads(pool_.size());
+    if (copyA_)
+      copyACall_.execute(stream_, base);
     call_.execute(stream_, base);
     finish(base);
   }
 
 private:
+  /// Sets up the reorder of the transposed A (`stridedMd`) into a plain
+  /// copy in scratch; returns the copy's descriptor, the GEMM's A.
+  dnnl::memory::desc prepareCopyA(const dnnl::memory::desc &stridedMd, ScratchLayout &layout) {
+    dnnl::memory::desc plainMd = plainDesc(aDims, stridedMd.data_type());
+    auto pd =
+        dnnl::reorder::primitive_desc(dnnlEngine(), stridedMd, dnnlEngine(), plainMd, dnnlAttr());
+    offCopyA_ = layout.add<uint16_t>(a.numel);
+    size_t padOff = layout.add<uint8_t>(static_cast<int64_t>(pd.scratchpad_desc().get_size()));
+    copyACall_.prim = dnnl::reorder(pd);
+    copyACall_.args[DNNL_ARG_FROM] = dnnl::memory(stridedMd, dnnlEngine(), a.data);
+    copyACall_.args[DNNL_ARG_TO] = dnnl::memory(plainMd, dnnlEngine(), nullptr);
+    copyACall_.args[DNNL_ARG_SCRATCHPAD] =
+        dnnl::memory(pd.scratchpad_desc(), dnnlEngine(), nullptr);
+    copyACall_.scratchArgs = {{DNNL_ARG_TO, offCopyA_}, {DNNL_ARG_SCRATCHPAD, padOff}};
+    return plainMd;
+  }
+
   /// Epilogue and conversion of the fp32 result to the storage type.
   void finish(uint8_t *base) {
     if (!epilogue) {
@@ -180,9 +215,9 @@ private:
   ThreadPool &pool_;
   std::shared_ptr<SharedScratch> scratch_;
   dnnl::stream stream_;
-  DnnlCall call_;
-  bool dstInScratch_ = false;
-  size_t offA_ = 0, offB_ = 0, offC_ = 0, offY_ = 0, offPad_ = 0;
+  DnnlCall call_, copyACall_;
+  bool dstInScratch_ = false, copyA_ = false;
+  size_t offA_ = 0, offB_ = 0, offC_ = 0, offY_ = 0, offPad_ = 0, offCopyA_ = 0;
 };
 
 bool sameFloatTypes(const StepContext &ctx, std::initializer_list<int> inputs,
@@ -272,6 +307,7 @@ std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error)
   }
   k->aStrides = strides(k->aDims, ta);
   k->bStrides = strides(k->bDims, tb);
+  k->aTransposed = ta;
   if (!k->prepare(error))
     return nullptr;
   return k;
@@ -342,6 +378,7 @@ std::unique_ptr<Kernel> createGemm(const StepContext &ctx, std::string &error) {
   k->K = K;
   k->aDims = {M, K};
   k->aStrides = ta ? std::vector<int64_t>{1, M} : std::vector<int64_t>{K, 1};
+  k->aTransposed = ta;
   k->bDims = {K, N};
   k->bStrides = tb ? std::vector<int64_t>{1, K} : std::vector<int64_t>{N, 1};
   k->yDims = {M, N};

@@ -402,6 +402,21 @@ TEST(CpuKernel, MatMul) {
                                (*s.y ? "" : " ") + " y) { y = MatMul (a, b) }"});
 }
 
+/// A Transpose of A's last two axes becomes the lowering's transA: oneDNN
+/// reads A through exchanged strides, or (native bf16, A of at most 1 MiB)
+/// from a plain copy that a reorder makes first (GemmKernels.cpp).
+TEST(CpuKernel, MatMulTransposedA) {
+  struct Shapes {
+    const char *a, *perm, *b, *y;
+  };
+  for (Shapes s : std::vector<Shapes>{{"[64,24]", "[1,0]", "[64,40]", "[24,40]"},
+                                      {"[1,33,17]", "[0,2,1]", "[33,9]", "[1,17,9]"},
+                                      {"[2,16,8]", "[0,2,1]", "[2,16,12]", "[2,8,12]"}})
+    runAllTypes({"MatMul", header() + "g (T" + s.a + " a, T" + s.b + " b) => (T" + s.y +
+                               " y) { t = Transpose <perm = " + s.perm +
+                               "> (a)\n y = MatMul (t, b) }"});
+}
+
 TEST(CpuKernel, Gemm) {
   struct G {
     const char *a, *b, *c, *attrs, *y;

@@ -24,6 +24,7 @@ void registerAllPasses() {
     registerOptimizerPass();
     registerRematerializePass();
     registerCastCachePass();
+    registerSplitMatMulTransposesPass();
   });
 }
 

@@ -80,9 +80,10 @@ cl::opt<std::string> precision(
 
 cl::opt<bool> train(
     "train",
-    cl::desc("Build the whole training step: canonicalize, decompose, autocast (with --precision=fp16|bf16), "
+    cl::desc("Build the whole training step: canonicalize, decompose, autocast (with "
+             "--precision=fp16|bf16), "
              "autodiff, accumulate (with --accumulate=N), loss-scale, optimizer, canonicalize, "
-             "cast-cache (fp16/bf16, unless --no-cast-cache), remat. "
+             "cast-cache (fp16/bf16, unless --no-cast-cache), remat, split-matmul-transposes. "
              "--loss-scale=..., --optimizer=... and --accumulate=... then set those stages"),
     cl::cat(kGeneral));
 
@@ -278,7 +279,9 @@ llvm::Error buildTrainPipeline(PassManager &pm,
   if ((precision == "fp16" || precision == "bf16") && !noCastCache)
     if (auto err = add("cast-cache", ""))
       return err;
-  return add("remat", stageOptions["remat"]);
+  if (auto err = add("remat", stageOptions["remat"]))
+    return err;
+  return add("split-matmul-transposes", "");
 }
 
 llvm::Error buildPipeline(PassManager &pm,
@@ -619,9 +622,13 @@ int ampOptMain(int argc, char **argv) {
   // no dead nodes): a plan of a pipeline that did not end in canonicalize,
   // such as --precision=bf16 --emit=plan, gets it. --train ends in remat,
   // which canonicalize's CSE would undo, after a canonicalize of its own.
-  if (emitsPlan() && !train)
+  // Both end in split-matmul-transposes, which canonicalize would undo.
+  if (emitsPlan() && !train) {
     if (auto err = pm.addPass("canonicalize", ""))
       return fail(std::move(err));
+    if (auto err = pm.addPass("split-matmul-transposes", ""))
+      return fail(std::move(err));
+  }
   if (auto err = checkForwardedFlagsUsed(pm))
     return fail(std::move(err));
 

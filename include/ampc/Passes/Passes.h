@@ -29,6 +29,8 @@ void registerDecomposePass();
 void registerAutodiffPass();
 // Mixed precision (ampc/Passes/Autocast.h).
 void registerAutocastPass();
+// Layout of the copies around MatMuls, before lowering.
+void registerSplitMatMulTransposesPass();
 
 /// Evaluates nodes whose operands are all constants (and Shape/Size of any
 /// static value) with the reference interpreter, replacing their results by
@@ -42,5 +44,10 @@ bool eliminateCommonSubexpressions(Graph &g);
 bool simplifyNoOps(Graph &g);
 /// Runs the four above to a fixed point.
 llvm::Error canonicalize(Graph &g);
+/// Splits each Transpose read only by MatMuls, or reading only a MatMul's
+/// result, whose permutation moves the innermost axis into a copy that
+/// keeps rows and a swap of the last two axes (which the lowering folds
+/// into the MatMul). Returns whether anything changed.
+bool splitMatMulTransposes(Graph &g);
 
 } // namespace ampc

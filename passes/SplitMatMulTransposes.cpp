@@ -18,7 +18,9 @@
 //     Transpose(s) then Transpose(s o q); the lowering computes the swapped
 //     product, (A B)^T = B^T A^T, into the swap's result.
 // The values are the same (a transposition copies elements exactly); only
-// the copies change. Runs last in the --train pipeline, after remat:
+// the copies change. Where the lowering cannot fold the swap after all (a
+// MatMul in another program than the Transpose), the swap is a copy of its
+// own: correct, one copy more. Runs last in the --train pipeline, after remat:
 // canonicalize would merge the two Transposes again.
 //
 //===----------------------------------------------------------------------===//

@@ -34,20 +34,12 @@ namespace ampc {
 
 namespace {
 
-/// The node's permutation, the default (reversal) spelled out; empty when
-/// it is not a Transpose of a ranked value of rank 3 or more.
+/// The node's permutation (transposePerm) when it is a Transpose of rank 3
+/// or more whose perm is a permutation; empty otherwise.
 std::vector<int64_t> permOf(const Node &n) {
-  if (!n.is("Transpose") || !n.input(0) || !n.output())
-    return {};
-  int64_t r = static_cast<int64_t>(n.input(0)->type().shape.size());
+  std::vector<int64_t> perm = transposePerm(n);
+  int64_t r = static_cast<int64_t>(perm.size());
   if (r < 3)
-    return {};
-  std::vector<int64_t> perm = n.getInts("perm", {});
-  if (perm.empty()) {
-    perm.resize(r);
-    std::iota(perm.rbegin(), perm.rend(), 0);
-  }
-  if (static_cast<int64_t>(perm.size()) != r)
     return {};
   std::vector<char> seen(r, 0);
   for (int64_t a : perm)
@@ -77,8 +69,7 @@ bool readOnlyByMatMuls(const Value *v, bool throughSwaps) {
   for (const Use &u : v->uses()) {
     if (u.user->is("MatMul") && u.operand < 2)
       continue;
-    if (!throughSwaps || permOf(*u.user) != swapPerm(v->type().shape.size()) ||
-        !readOnlyByMatMuls(u.user->output(), false))
+    if (!throughSwaps || !swapsLastTwoAxes(*u.user) || !readOnlyByMatMuls(u.user->output(), false))
       return false;
   }
   return true;
@@ -107,7 +98,7 @@ TensorType permuted(const TensorType &x, const std::vector<int64_t> &perm) {
 bool splitOperandTranspose(Graph &g, Node *t, const std::vector<int64_t> &p,
                            std::set<const Node *> &erased) {
   size_t r = p.size();
-  if (static_cast<size_t>(p[r - 2]) != r - 1 || p == swapPerm(r) ||
+  if (static_cast<size_t>(p[r - 2]) != r - 1 || swapsLastTwoAxes(*t) ||
       !readOnlyByMatMuls(t->output(), /*throughSwaps=*/true))
     return false;
   std::vector<int64_t> rows = swapLastTwo(p); // p o s
@@ -133,7 +124,7 @@ bool splitResultTranspose(Graph &g, Node *t, const std::vector<int64_t> &q) {
   size_t r = q.size();
   Value *y = t->input(0);
   const Node *m = y->producer();
-  if (static_cast<size_t>(q[r - 1]) != r - 2 || q == swapPerm(r) || !m || !m->is("MatMul") ||
+  if (static_cast<size_t>(q[r - 1]) != r - 2 || swapsLastTwoAxes(*t) || !m || !m->is("MatMul") ||
       y->uses().size() != 1 || y->isGraphOutput() || m->input(0)->type().shape.size() < 2 ||
       m->input(1)->type().shape.size() < 2)
     return false;

@@ -140,6 +140,30 @@ llvm::StringRef qualifiedOpTypeIn(llvm::StringRef domain, llvm::StringRef op,
   return llvm::StringRef(storage.data(), storage.size());
 }
 
+std::vector<int64_t> transposePerm(const Node &n) {
+  if (!n.is("Transpose") || !n.input(0) || !n.output())
+    return {};
+  int64_t r = static_cast<int64_t>(n.input(0)->type().shape.size());
+  std::vector<int64_t> perm = n.getInts("perm", {});
+  if (perm.empty())
+    for (int64_t d = r - 1; d >= 0; --d)
+      perm.push_back(d);
+  if (static_cast<int64_t>(perm.size()) != r)
+    return {};
+  return perm;
+}
+
+bool swapsLastTwoAxes(const Node &n) {
+  std::vector<int64_t> perm = transposePerm(n);
+  int64_t r = static_cast<int64_t>(perm.size());
+  if (r < 2)
+    return false;
+  for (int64_t d = 0; d < r - 2; ++d)
+    if (perm[d] != d)
+      return false;
+  return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
+}
+
 std::string Node::qualifiedOpType() const {
   return domain_.empty() ? opType_ : domain_ + "." + opType_;
 }

@@ -109,23 +109,6 @@ bool isView(const Node &n) {
          n.input(0)->dtype() == n.output()->dtype();
 }
 
-bool swapsLastTwoAxes(const Node &n) {
-  if (!n.is("Transpose") || !n.input(0) || !n.output())
-    return false;
-  int64_t r = static_cast<int64_t>(n.input(0)->type().shape.size());
-  if (r < 2)
-    return false;
-  std::vector<int64_t> perm = n.getInts("perm", {});
-  if (perm.empty()) // the default reverses the axes: a swap for matrices
-    return r == 2;
-  if (static_cast<int64_t>(perm.size()) != r)
-    return false;
-  for (int64_t d = 0; d < r - 2; ++d)
-    if (perm[d] != d)
-      return false;
-  return perm[r - 2] == r - 1 && perm[r - 1] == r - 2;
-}
-
 bool isFusableElementwise(const Node &n) {
   // Identity is a view of its operand (no step at all), never an instruction.
   if (n.is("Identity"))

@@ -23,10 +23,6 @@ bool isFusableElementwise(const Node &n);
 /// (the lowering emits no step for them).
 bool isView(const Node &n);
 
-/// A Transpose exchanging the last two axes and nothing else (the lowering
-/// folds it into the MatMuls that read it).
-bool swapsLastTwoAxes(const Node &n);
-
 /// Moves each fusable node that a single kernel separates from the latest
 /// of its producers, itself fusable and of the same shape, to just after
 /// that producer, so that it joins the producer's fused step: the bf16 cast

@@ -92,7 +92,7 @@ public:
     }
     if (dstInScratch_)
       offY_ = layout.add<float>(y.numel);
-    copyA_ = aTransposed && aDims.size() == 2 && !viaF32 &&
+    copyA_ = aTransposed && aDims.size() == 2 &&
              copyTransposedA(type, a.numel * static_cast<int64_t>(sizeof(uint16_t)));
     try {
       dnnl::memory::desc aMd(toDims(aDims), cdt, toDims(aStrides));

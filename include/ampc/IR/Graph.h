@@ -251,6 +251,15 @@ private:
 // Graph
 //===----------------------------------------------------------------------===//
 
+/// A Transpose's permutation, ONNX's default (the axes reversed) spelled
+/// out; empty when `n` is not a Transpose of a value with a shape or its perm
+/// does not have the operand's rank.
+std::vector<int64_t> transposePerm(const Node &n);
+
+/// A Transpose exchanging the last two axes and nothing else (the lowering
+/// folds it into the MatMuls that read it).
+bool swapsLastTwoAxes(const Node &n);
+
 /// An updated-state output and the state input it replaces on the next step
 /// (ONNX TrainingInfoProto.update_binding).
 struct StateBinding {

@@ -24,10 +24,7 @@ void reshapeGrad(B &b) { b.setGrad(0, b.reshape(b.dY(), b.x(0)->shape())); }
 /// Y = transpose(X, perm).  dX = transpose(dY, inverse(perm)).
 void transposeGrad(B &b) {
   int64_t rank = b.x(0)->type().rank();
-  std::vector<int64_t> perm = b.node().getInts("perm");
-  if (perm.empty())
-    for (int64_t i = rank - 1; i >= 0; --i)
-      perm.push_back(i);
+  std::vector<int64_t> perm = transposePerm(b.node()); // import checked its size
   std::vector<int64_t> inverse(rank);
   for (int64_t i = 0; i < rank; ++i)
     inverse[perm[i]] = i;

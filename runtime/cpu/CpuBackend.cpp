@@ -3,6 +3,7 @@
 #include "ampc/rt/Backend.h"
 
 #include "ChannelLayout.h"
+#include "ColumnSumEpilogue.h"
 #include "Kernel.h"
 #include "NormEpilogue.h"
 
@@ -426,6 +427,17 @@ private:
     return e;
   }
 
+  /// The ReduceSums offered to the fused steps before them
+  /// (ColumnSumEpilogue.h), where neither tensor is kept in channel blocks.
+  std::vector<ColumnSumEpilogue> columnSumEpiloguesOf(const plan::Program &prog) const {
+    std::vector<ColumnSumEpilogue> e =
+        columnSumEpilogues(plan_, prog, [this](int id) { return arg(id); });
+    for (int s = 0; s < prog.steps_size(); ++s)
+      if (e[s].result >= 0 && (blocked_[prog.steps(s).outputs(e[s].result)] || blocked_[e[s].sums]))
+        e[s] = ColumnSumEpilogue();
+    return e;
+  }
+
   /// Operand `id` as the Relu step after a normalization binds it: as
   /// stored, in channel blocks or not (epiloguesOf checked they agree).
   TensorArg epilogueArg(int id) const {
@@ -453,11 +465,15 @@ private:
                    "the bf16 cast after them, %d of them instead of their own result\n",
                    prog.name().c_str(), cast, castOnly);
     }
+    std::vector<ColumnSumEpilogue> columnSums = columnSumEpiloguesOf(prog);
+    bool sumsTaken = false; // by the step before
+    int sumsFused = 0, sumsOnly = 0;
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
-      if (s > 0 && epilogues[s - 1].fused) {
-        // Done by the normalization before it.
+      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken) {
+        // Done by the step before it.
         out.kernels.push_back(std::make_unique<LambdaKernel>([] {}));
+        sumsTaken = false;
         continue;
       }
       std::string where = "program '" + prog.name() + "' step " + std::to_string(s) + " (" +
@@ -486,17 +502,32 @@ private:
         ctx.reluOutput = epilogueArg(prog.steps(s + 1).outputs(0));
         ctx.reluResidual = epilogueArg(epilogues[s].residual);
       }
+      if (columnSums[s].result >= 0) {
+        ctx.columnSumTaken = &sumsTaken;
+        ctx.columnSumOf = columnSums[s].result;
+        ctx.columnSums = arg(columnSums[s].sums);
+        ctx.columnSumsOnly = columnSums[s].sumsOnly;
+      }
       std::string why;
       std::unique_ptr<Kernel> k = (*factory)(ctx, why);
       if (!k) {
         error = where + ": " + (why.empty() ? "unsupported operands" : why);
         return false;
       }
+      if (sumsTaken) {
+        ++sumsFused;
+        sumsOnly += ctx.columnSumsOnly;
+      }
       if (!before.empty() || !after.empty())
         k = std::make_unique<ChannelLayoutKernel>(std::move(k), std::move(before),
                                                   std::move(after));
       out.kernels.push_back(std::move(k));
     }
+    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
+      std::fprintf(stderr,
+                   "cpu epilogues: program '%s': %d fused steps write the column sums of the "
+                   "ReduceSum after them, %d of them instead of the summed result\n",
+                   prog.name().c_str(), sumsFused, sumsOnly);
     scheduleFinishes(prog, out);
     for (const plan::StateUpdate &u : prog.updates())
       if (ptr_[u.state()] != ptr_[u.updated()])

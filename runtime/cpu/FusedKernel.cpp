@@ -95,8 +95,19 @@ std::unique_ptr<Kernel> createFused(const StepContext &ctx, std::string &error) 
     return nullptr;
   }
   FusedSpec spec{ctx.inputs, ctx.outputs, maps, instrs, results, wide};
-  return useAvx512() ? makeFusedKernelAvx512(spec, ctx.pool)
-                     : makeFusedKernelBaseline(spec, ctx.pool);
+  ColumnSumRequest sums;
+  ColumnSumRequest *offer = nullptr;
+  if (ctx.columnSumTaken) {
+    sums.result = ctx.columnSumOf;
+    sums.sums = ctx.columnSums;
+    sums.sumsOnly = ctx.columnSumsOnly;
+    offer = &sums;
+  }
+  std::unique_ptr<Kernel> k = useAvx512() ? makeFusedKernelAvx512(spec, ctx.pool, offer)
+                                          : makeFusedKernelBaseline(spec, ctx.pool, offer);
+  if (k && offer)
+    *ctx.columnSumTaken = sums.taken;
+  return k;
 }
 
 } // namespace

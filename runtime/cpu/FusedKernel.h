@@ -41,8 +41,21 @@ struct FusedSpec {
   bool wide = false; ///< some value is fp64: registers are double
 };
 
-std::unique_ptr<Kernel> makeFusedKernelBaseline(const FusedSpec &spec, ThreadPool &pool);
-std::unique_ptr<Kernel> makeFusedKernelAvx512(const FusedSpec &spec, ThreadPool &pool);
+/// The ReduceSum after a fused step offered to it (ColumnSumEpilogue.h): a
+/// kernel that can write the column sums of result `result` into `sums`
+/// (without writing that result when `sumsOnly`) sets `taken`.
+struct ColumnSumRequest {
+  int result = -1;
+  TensorArg sums;
+  bool sumsOnly = false;
+  bool taken = false;
+};
+
+/// `sums` may be null (no offer).
+std::unique_ptr<Kernel> makeFusedKernelBaseline(const FusedSpec &spec, ThreadPool &pool,
+                                                ColumnSumRequest *sums = nullptr);
+std::unique_ptr<Kernel> makeFusedKernelAvx512(const FusedSpec &spec, ThreadPool &pool,
+                                              ColumnSumRequest *sums = nullptr);
 
 /// out[i] = exp(x[i] - shift) for a row (the softmax family's exponentials):
 /// SLEEF's AVX-512 u10 exp, 16 lanes at a time, on a CPU with AVX-512 when

@@ -118,6 +118,13 @@ inline int64_t loadInt(const TensorArg &t, int64_t i) {
   }
 }
 
+/// Column sums (a ReduceSum over every axis but the inner ones, and the
+/// fused steps that take one over: ColumnSumEpilogue.h) add the rows of each
+/// block of this many in order, from +0, and then the blocks' sums in order
+/// (the first block's sums plus the second's...): one order for both, so the
+/// same bits, whatever the thread count.
+constexpr int64_t kColumnSumBlockRows = 64;
+
 /// Everything a kernel factory may look at. Valid only during creation.
 struct StepContext {
   const plan::Plan &plan;
@@ -138,6 +145,14 @@ struct StepContext {
   /// `castOnly`, instead of Y. No data: no epilogue.
   TensorArg castOutput;
   bool castOnly = false;
+  /// ampc.Fused only: the ReduceSum after it, of result `columnSumOf` over
+  /// every axis but the last, offered to the kernel (ColumnSumEpilogue.h),
+  /// which sets *columnSumTaken when it writes those sums into `columnSums`
+  /// (and, with `columnSumsOnly`, not that result). Null: no offer.
+  bool *columnSumTaken = nullptr;
+  int columnSumOf = -1;
+  TensorArg columnSums;
+  bool columnSumsOnly = false;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;

@@ -164,15 +164,15 @@ template <Red R> float combine(float a, float part) {
 }
 
 /// Shape B over fp32 or bf16 storage: acc[i] = step(acc[i], x[base + ro + i])
-/// for each reduced offset ro in order, read in place (bf16 widened as it is
-/// read, exactly), so each column adds its rows in the order the portable
-/// loop does: the same bits. In runForThisCpu's two builds: the AVX-512 one
-/// vectorizes the columns 16 wide.
+/// for each reduced offset ro of roffs[0, count) in order, read in place
+/// (bf16 widened as it is read, exactly), so each column adds its rows in the
+/// order the portable loop does: the same bits. In runForThisCpu's two
+/// builds: the AVX-512 one vectorizes the columns 16 wide.
 template <Red R, typename T>
-inline AMPC_ALWAYS_INLINE void accumulateRows(float *acc, const T *x,
-                                              const std::vector<int64_t> &roffs, int64_t n) {
-  for (int64_t ro : roffs) {
-    const T *v = x + ro;
+inline AMPC_ALWAYS_INLINE void accumulateRows(float *acc, const T *x, const int64_t *roffs,
+                                              int64_t count, int64_t n) {
+  for (int64_t k = 0; k < count; ++k) {
+    const T *v = x + roffs[k];
     for (int64_t i = 0; i < n; ++i) {
       float f;
       if constexpr (std::is_same_v<T, uint16_t>) {
@@ -186,21 +186,59 @@ inline AMPC_ALWAYS_INLINE void accumulateRows(float *acc, const T *x,
   }
 }
 template <Red R>
-void accumulateColumns(float *acc, const TensorArg &x, int64_t base,
-                       const std::vector<int64_t> &roffs, int64_t n) {
+void accumulateColumns(float *acc, const TensorArg &x, int64_t base, const int64_t *roffs,
+                       int64_t count, int64_t n) {
   runForThisCpu([&]() AMPC_ALWAYS_INLINE {
     if (x.type == plan::BF16)
-      accumulateRows<R>(acc, static_cast<const uint16_t *>(x.data) + base, roffs, n);
+      accumulateRows<R>(acc, static_cast<const uint16_t *>(x.data) + base, roffs, count, n);
     else
-      accumulateRows<R>(acc, static_cast<const float *>(x.data) + base, roffs, n);
+      accumulateRows<R>(acc, static_cast<const float *>(x.data) + base, roffs, count, n);
   });
+}
+
+/// The reductions that add (each row's term, then the rows): their column
+/// sums add blocks of kColumnSumBlockRows rows, then the blocks (Kernel.h).
+template <Red R>
+constexpr bool kAdds = R == Red::Sum || R == Red::Mean || R == Red::SumSquare || R == Red::L1 ||
+                       R == Red::L2 || R == Red::LogSum;
+
+constexpr int64_t kTile = 256;
+
+/// Shape B: acc[0, n) = the column tile's reduction (before finish) of the
+/// inputs at base + roffs[0, count), in fp32; `buf` holds kTile floats and
+/// `part` kTile more.
+template <Red R>
+void reduceTile(float *acc, const TensorArg &x, int64_t base, const int64_t *roffs, int64_t count,
+                int64_t n, float *buf, float *part) {
+  if constexpr (kAdds<R>) {
+    if (count > kColumnSumBlockRows) {
+      reduceTile<R>(acc, x, base, roffs, kColumnSumBlockRows, n, buf, nullptr);
+      for (int64_t b = kColumnSumBlockRows; b < count; b += kColumnSumBlockRows) {
+        reduceTile<R>(part, x, base, roffs + b, std::min(kColumnSumBlockRows, count - b), n, buf,
+                      nullptr);
+        for (int64_t i = 0; i < n; ++i)
+          acc[i] += part[i];
+      }
+      return;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    acc[i] = Op<R>::init();
+  if (x.type == plan::F32 || x.type == plan::BF16) {
+    accumulateColumns<R>(acc, x, base, roffs, count, n);
+    return;
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    const float *v = rowIn(x, base + roffs[k], n, buf);
+    for (int64_t i = 0; i < n; ++i)
+      acc[i] = Op<R>::step(acc[i], v[i]);
+  }
 }
 
 /// The fp32 reduction; `shift` (LogSumExp) holds each result's maximum.
 template <Red R>
 void reduceFloat(ThreadPool &pool, const ReducePlan &p, const TensorArg &x, const TensorArg &y,
                  float *scratch, int64_t perRange, const float *shift, float *outF32) {
-  constexpr int64_t kTile = 256;
   if (!p.innerKept) {
     pool.parallelFor(p.rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(p.count, 1)),
                      [&](int64_t r0, int64_t r1, int range) {
@@ -227,25 +265,17 @@ void reduceFloat(ThreadPool &pool, const ReducePlan &p, const TensorArg &x, cons
     for (int64_t w = w0; w < w1; ++w) {
       int64_t r = w / tiles, c0 = (w % tiles) * kTile, n = std::min(kTile, p.inner - c0);
       int64_t base = p.baseOf(r) + c0, o = r * p.inner + c0;
-      for (int64_t i = 0; i < n; ++i)
-        acc[i] = R == Red::LogSumExp ? 0.0f : Op<R>::init();
-      bool inPlace = false;
-      if constexpr (R != Red::LogSumExp)
-        if (x.type == plan::F32 || x.type == plan::BF16) {
-          accumulateColumns<R>(acc, x, base, p.roffs, n);
-          inPlace = true;
-        }
-      if (!inPlace)
+      if constexpr (R == Red::LogSumExp) {
+        std::fill(acc, acc + n, 0.0f);
         for (int64_t ro : p.roffs) {
           const float *v = rowIn(x, base + ro, n, buf);
-          if constexpr (R == Red::LogSumExp) {
-            for (int64_t i = 0; i < n; ++i)
-              acc[i] += std::exp(v[i] - shift[o + i]);
-          } else {
-            for (int64_t i = 0; i < n; ++i)
-              acc[i] = Op<R>::step(acc[i], v[i]);
-          }
+          for (int64_t i = 0; i < n; ++i)
+            acc[i] += std::exp(v[i] - shift[o + i]);
         }
+      } else {
+        reduceTile<R>(acc, x, base, p.roffs.data(), static_cast<int64_t>(p.roffs.size()), n, buf,
+                      acc + kTile);
+      }
       for (int64_t i = 0; i < n; ++i) {
         float v = Op<R>::finish(acc[i], p.count, shift ? shift[o + i] : 0.0f);
         if (outF32)
@@ -366,7 +396,8 @@ std::unique_ptr<Kernel> createReduce(const StepContext &ctx, std::string &error,
   }
   auto scratch = SharedScratch::of(pool);
   ScratchLayout layout;
-  int64_t perRange = std::max<int64_t>(p.innerKept ? 512 : p.inner, 512) + 64;
+  // Shape B: a row, the tile's results and a block's (reduceTile).
+  int64_t perRange = (p.innerKept ? 3 * kTile : std::max<int64_t>(p.inner, 512)) + 64;
   size_t offRange = layout.add<float>(perRange * pool.size());
   size_t offShift = layout.add<float>(red == Red::LogSumExp ? y.numel : 0);
   scratch->reserve(layout.size());

@@ -1,8 +1,10 @@
 """Writes ffn_div.onnx and ffn_mul.onnx, a transformer's feed-forward block with
 an exact GELU in the two forms exporters write (x / sqrt 2 as torch.onnx at
 opset 17; x * (1 / sqrt 2) as the Gelu-20 expansion), x (8 x 12 x 40) ->
-Linear(40, 200) -> GELU -> Linear(200, 40), the mean as the loss, and x.npy.
-200 columns are not a multiple of 16: the fused kernels' row tails run."""
+Linear(40, 200) -> GELU -> Linear(200, 40), the mean as the loss, and x.npy;
+also ffn_tall.onnx (x / sqrt 2) and x_tall.npy with x of 8 x 37 x 40: 296 rows,
+five blocks of column sums (the last one partial). 200 columns are not a
+multiple of 16: the fused kernels' row tails run."""
 import math
 import sys
 
@@ -21,7 +23,7 @@ def const(name, value):
         np.array(value, dtype=np.float32), name))
 
 
-def model(form):
+def model(form, rows=12):
     inits = [numpy_helper.from_array(W1, "w1"), numpy_helper.from_array(B1, "b1"),
              numpy_helper.from_array(W2, "w2")]
     nodes = [const("one", 1.0), const("half", 0.5),
@@ -40,7 +42,7 @@ def model(form):
               helper.make_node("MatMul", ["g", "w2t"], ["y"]),
               helper.make_node("ReduceMean", ["y"], ["loss"], keepdims=0)]
     graph = helper.make_graph(nodes, "ffn_" + form,
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 12, 40])],
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, rows, 40])],
                               [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(m)
@@ -51,3 +53,5 @@ out = sys.argv[1] if len(sys.argv) > 1 else "."
 for form in ("div", "mul"):
     onnx.save(model(form), "%s/ffn_%s.onnx" % (out, form))
 np.save("%s/x.npy" % out, rng.normal(0, 1.5, (8, 12, 40)).astype(np.float32))
+onnx.save(model("div", rows=37), "%s/ffn_tall.onnx" % out)
+np.save("%s/x_tall.npy" % out, rng.normal(0, 1.5, (8, 37, 40)).astype(np.float32))

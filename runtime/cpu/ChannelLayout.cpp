@@ -45,8 +45,20 @@ bool fusedIsElementwise(const plan::Plan &plan, const plan::Step &step) {
   return true;
 }
 
-bool mayBeBlocked(const plan::Tensor &t) {
-  if (t.storage() != plan::ARENA || t.has_view_of())
+/// Tensor `id` is a view of another tensor of its type and shape: the same
+/// values at the same places (an elementwise step computed in place), which
+/// can share that tensor's layout whatever it is.
+bool isAliasView(const plan::Plan &plan, int id) {
+  const plan::Tensor &t = plan.tensors(id);
+  if (!t.has_view_of() || t.view_of() < 0 || t.view_of() >= plan.tensors_size())
+    return false;
+  const plan::Tensor &base = plan.tensors(t.view_of());
+  return !base.has_view_of() && base.type() == t.type() && shapeOf(base) == shapeOf(t);
+}
+
+bool mayBeBlocked(const plan::Plan &plan, int id) {
+  const plan::Tensor &t = plan.tensors(id);
+  if (t.storage() != plan::ARENA || (t.has_view_of() && !isAliasView(plan, id)))
     return false;
   if (t.type() != plan::F32 && t.type() != plan::BF16 && t.type() != plan::F16)
     return false;
@@ -57,14 +69,15 @@ bool mayBeBlocked(const plan::Tensor &t) {
 
 /// Tensors the host reads or writes (program inputs and outputs, state
 /// updates, parameter gradients) and views or their bases keep the plain
-/// layout whatever their steps prefer.
+/// layout whatever their steps prefer, except views of their base's type and
+/// shape (isAliasView), which take their base's.
 void excludeHostVisible(const plan::Plan &plan, std::vector<uint8_t> &candidate) {
   auto exclude = [&](int id) {
     if (id >= 0 && id < static_cast<int>(candidate.size()))
       candidate[id] = 0;
   };
   for (int i = 0; i < plan.tensors_size(); ++i)
-    if (plan.tensors(i).has_view_of()) {
+    if (plan.tensors(i).has_view_of() && !isAliasView(plan, i)) {
       exclude(i);
       exclude(plan.tensors(i).view_of());
     }
@@ -135,10 +148,14 @@ std::vector<uint8_t> chooseChannelBlocked(const plan::Plan &plan) {
     return blocked;
   std::vector<uint8_t> candidate(n, 0);
   for (int i = 0; i < n; ++i)
-    candidate[i] = mayBeBlocked(plan.tensors(i));
+    candidate[i] = mayBeBlocked(plan, i);
   excludeHostVisible(plan, candidate);
 
   Groups groups(n);
+  // An alias view and its base are the same bytes: one layout.
+  for (int i = 0; i < n; ++i)
+    if (isAliasView(plan, i))
+      groups.unite(i, plan.tensors(i).view_of());
   for (const plan::Program &prog : plan.programs())
     for (const plan::Step &step : prog.steps()) {
       int first = -1;

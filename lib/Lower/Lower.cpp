@@ -871,6 +871,16 @@ private:
     }
   }
 
+  /// Some result of fused step `step` is its operand `in` itself (a result
+  /// register that is an input register): stored after another result, it
+  /// would read bytes that result overwrote if that result took `in`'s.
+  static bool resultIsInput(const plan::Step &step, int in) {
+    for (int r : step.fused().results())
+      if (r >= 0 && r < step.inputs_size() && step.inputs(r) == in)
+        return true;
+    return false;
+  }
+
   /// A fused step that reads a temporary of the same size as a result for
   /// the last time computes that result in place: the temporary lives in the
   /// result's bytes from the start (gradients checked for overflow and then
@@ -897,11 +907,12 @@ private:
         for (int out : step.outputs()) {
           if (out < 0 || isViewTensor(out) || storage_[out] != plan::ARENA)
             continue;
-          for (int in : step.inputs()) {
+          for (int i = 0; i < step.inputs_size(); ++i) {
+            int in = step.inputs(i);
             if (in < 0 || isViewTensor(in) || storage_[in] != plan::ARENA || outputs[in] ||
                 inputs[in] || !written[in] || last[in] != s ||
                 rt::planTensorBytes(p_.tensors(in)) != rt::planTensorBytes(p_.tensors(out)) ||
-                !viewsOf[in].empty())
+                !viewsOf[in].empty() || resultIsInput(step, in))
               continue;
             makeView(in, out);
             viewsOf[out].push_back(in);

@@ -501,8 +501,11 @@ private:
         foldIntoProducingMatMul(*n, inProgram);
         continue;
       }
+      // The inner swap cancels unless its operand is not materialized: a
+      // MatMul result that the MatMul computes transposed, as the inner
+      // swap's value (foldIntoProducingMatMul); then this swap reads that.
       const Node *inner = n->input(0)->producer();
-      bool cancels = inner && foldable(*inner);
+      bool cancels = inner && foldable(*inner) && !computedByItsMatMul(*inner);
       const Value *source = cancels ? inner->input(0) : n->input(0);
       for (const Use &u : t->uses())
         transposedOperand_[{u.user, u.operand}] = {source, !cancels};
@@ -519,6 +522,13 @@ private:
       foldedTransposes_.insert(inner);
       setStorage(tensorOf(inner->output()), plan::VIRTUAL);
     }
+  }
+
+  /// Swap `t` is computed by the MatMul that produces its operand
+  /// (foldIntoProducingMatMul): that operand is never written.
+  bool computedByItsMatMul(const Node &t) const {
+    const Node *m = t.input(0) ? t.input(0)->producer() : nullptr;
+    return m && swappedMatMuls_.lookup(m) == &t;
   }
 
   /// A swap Transpose whose operand is a MatMul's result read by nothing

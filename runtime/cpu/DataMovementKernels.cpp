@@ -680,7 +680,7 @@ std::unique_ptr<Kernel> createPad(const StepContext &ctx, std::string &error) {
     error = "pads do not match the axes";
     return nullptr;
   }
-  std::vector<int64_t> before(rank, 0);
+  std::vector<int64_t> before(rank, 0), after(rank, 0);
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = normalizeAxis(axes[i], rank);
     if (a < 0) {
@@ -688,6 +688,23 @@ std::unique_ptr<Kernel> createPad(const StepContext &ctx, std::string &error) {
       return nullptr;
     }
     before[a] = pads[i];
+    after[a] = pads[i + axes.size()];
+  }
+  // The result's shape is the plan's: it must be the padded operand's (a
+  // corrupt plan's would index past the per-axis tables below).
+  if (y.rank() != rank) {
+    error =
+        "the result has rank " + std::to_string(y.rank()) + ", the operand " + std::to_string(rank);
+    return nullptr;
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t padded = 0;
+    if (__builtin_add_overflow(x.shape[d], before[d], &padded) ||
+        __builtin_add_overflow(padded, after[d], &padded) || y.shape[d] != padded) {
+      error = "the result's axis " + std::to_string(d) + " has " + std::to_string(y.shape[d]) +
+              " elements, not the padded operand's";
+      return nullptr;
+    }
   }
   math::PadMode mode = math::PadMode::Constant; // set by padModeByName
   if (!math::padModeByName(ctx.attrString("mode", "constant"), mode)) {

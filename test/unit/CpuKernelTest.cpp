@@ -455,6 +455,9 @@ const std::vector<ConvCase> kConvCases = {
     // 16 channels in and out: the fp32 forward runs on channels-last layouts.
     {"[2,16,6,6]", "[16,16,3,3]", "[2,16,6,6]", "pads = [1,1,1,1]"},
     {"[2,16,7,7]", "[16,16,3,3]", "[2,16,3,3]", "strides = [2,2]"},
+    // 3x3, stride 1, 32 channels and more: Winograd in fp32 (useWinograd).
+    {"[2,32,6,6]", "[32,32,3,3]", "[2,32,6,6]", "pads = [1,1,1,1]"},
+    {"[3,32,7,5]", "[48,32,3,3]", "[3,48,5,3]", "strides = [1,1]"},
     // Batches the forward pass splits into chunks of images (5 and 6).
     {"[10,3,6,6]", "[8,3,3,3]", "[10,8,6,6]", "pads = [1,1,1,1]"},
     {"[12,16,5,5]", "[16,16,3,3]", "[12,16,5,5]", "pads = [1,1,1,1]"},
@@ -488,6 +491,87 @@ TEST(CpuKernel, ConvGrad) {
   runAllTypes({"ampc.ConvGrad", header(kAmpc) + "g (T[2,4,8,8] dy, T[2,3,8,8] x, T[4,3,3,3] w) => "
                                                 "(T[2,3,8,8] dx, T[4] db) { dx, , db = ampc.ConvGrad "
                                                 "<pads = [1,1,1,1]> (dy, x, w) }"});
+}
+
+/// The documented error bound of the CPU backend's Winograd convolutions
+/// (runtime/cpu/ConvKernels.cpp, useWinograd): each result of Conv and of
+/// ConvGrad (dX, dW) within 2^-18 of the sum of the absolute products it
+/// adds, against double math, with Winograd on and off; and Winograd does
+/// run (its results are not the direct convolution's bits).
+TEST(CpuKernel, ConvWinogradErrorBound) {
+  const int N = 4, C = 32, M = 48, H = 10, W = 9;
+  std::string text = header(kAmpc) +
+                     "g (float[4,32,10,9] x, float[48,32,3,3] w, float[4,48,10,9] dy) => "
+                     "(float[4,48,10,9] y, float[4,32,10,9] dx, float[48,32,3,3] dw) {\n"
+                     "  y = Conv <pads = [1,1,1,1]> (x, w)\n"
+                     "  dx, dw = ampc.ConvGrad <pads = [1,1,1,1]> (dy, x, w)\n}";
+  auto g = importModelText(text, "winograd");
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::map<std::string, std::vector<double>> in;
+  std::map<std::string, Tensor> feeds;
+  for (const Value *v : (*g)->inputs()) {
+    std::vector<double> d(v->type().numElements());
+    for (double &e : d) // fp32 values, so that double math is exact on them
+      e = static_cast<float>(u(rng));
+    in[v->name()] = d;
+    feeds[v->name()] = Tensor::fromDoubles(v->type(), d);
+  }
+  const std::vector<double> &x = in["x"], &w = in["w"], &dy = in["dy"];
+  auto X = [&](int n, int c, int i, int j) { return x[((n * C + c) * H + i) * W + j]; };
+  auto Wt = [&](int m, int c, int a, int b) { return w[((m * C + c) * 3 + a) * 3 + b]; };
+  auto DY = [&](int n, int m, int i, int j) { return dy[((n * M + m) * H + i) * W + j]; };
+  // Reference results and the sums of |products| they bound the error by.
+  std::vector<double> y(N * M * H * W), ys(y.size()), dx(x.size()), dxs(x.size()), dw(w.size()),
+      dws(w.size());
+  for (int n = 0; n < N; ++n)
+    for (int m = 0; m < M; ++m)
+      for (int i = 0; i < H; ++i)
+        for (int j = 0; j < W; ++j)
+          for (int c = 0; c < C; ++c)
+            for (int a = 0; a < 3; ++a)
+              for (int b = 0; b < 3; ++b) {
+                int ii = i + a - 1, jj = j + b - 1;
+                if (ii < 0 || jj < 0 || ii >= H || jj >= W)
+                  continue;
+                double xv = X(n, c, ii, jj), wv = Wt(m, c, a, b), g = DY(n, m, i, j);
+                size_t yi = ((n * M + m) * H + i) * W + j, xi = ((n * C + c) * H + ii) * W + jj,
+                       wi = ((m * C + c) * 3 + a) * 3 + b;
+                y[yi] += xv * wv, ys[yi] += std::fabs(xv * wv);
+                dx[xi] += g * wv, dxs[xi] += std::fabs(g * wv);
+                dw[wi] += g * xv, dws[wi] += std::fabs(g * xv);
+              }
+  LowerOptions lo;
+  auto p = lowerToPlan(**g, lo);
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  const std::vector<std::string> names = {"y", "dx", "dw"};
+  const std::vector<const std::vector<double> *> refs = {&y, &dx, &dw}, sums = {&ys, &dxs, &dws};
+  const char *saved = std::getenv("AMPC_CPU_CONV_WINOGRAD");
+  std::string restore = saved ? saved : "";
+  std::vector<std::vector<rt::HostArray>> results;
+  for (const char *mode : {"on", "off"}) {
+    setenv("AMPC_CPU_CONV_WINOGRAD", mode, 1);
+    bool same = false;
+    RunResult r = runOnCpu(*p, feeds, names, 2, 2, same);
+    ASSERT_TRUE(r.ok);
+    EXPECT_TRUE(same) << mode << ": two runs differ";
+    for (size_t k = 0; k < names.size(); ++k) {
+      double worst = 0;
+      for (size_t e = 0; e < refs[k]->size(); ++e)
+        worst = std::max(worst, std::fabs(r.outputs[k].at(e) - (*refs[k])[e]) / (*sums[k])[e]);
+      EXPECT_LE(worst, std::ldexp(1.0, -18)) << names[k] << ", Winograd " << mode;
+      std::printf("Winograd %-3s %-2s: largest error %.3g of sum |products|\n", mode,
+                  names[k].c_str(), worst);
+    }
+    results.push_back(std::move(r.outputs));
+  }
+  if (saved)
+    setenv("AMPC_CPU_CONV_WINOGRAD", restore.c_str(), 1);
+  else
+    unsetenv("AMPC_CPU_CONV_WINOGRAD");
+  EXPECT_NE(results[0][0].bytes, results[1][0].bytes) << "Conv did not run as Winograd";
+  EXPECT_NE(results[0][1].bytes, results[1][1].bytes) << "dX did not run as Winograd";
 }
 
 //===----------------------------------------------------------------------===//

@@ -67,4 +67,16 @@ void expShifted(const float *x, float shift, float *out, int64_t n);
 /// The AVX-512 build of expShifted; false (and nothing written) without SLEEF.
 bool expShiftedAvx512(const float *x, float shift, float *out, int64_t n);
 
+/// Softmax over `rows` contiguous fp32 rows of n values, n a multiple of 16
+/// (attention's rows), AVX-512 with SLEEF: y = exp(x - max) / sum, and, when
+/// `z` is given, y rounded to bf16 (nearest even) into z. The same operations
+/// in the same order as the portable row loop (maxFloats, expShifted,
+/// sumFloats' 16 lane sums and their pairwise combination, one division, a
+/// multiplication per element), hence its bits. False (nothing written)
+/// without SLEEF.
+bool softmaxRowsAvx512(const float *x, float *y, uint16_t *z, int64_t rows, int64_t n);
+/// dx = y (dy - sum(dy y)) over `rows` contiguous fp32 rows of n values, n a
+/// multiple of 16: the portable loop's bits (dotFloats' order).
+bool softmaxGradRowsAvx512(const float *dy, const float *y, float *dx, int64_t rows, int64_t n);
+
 } // namespace ampc::rt::cpu

@@ -6,7 +6,9 @@
 // inner = 1 (the last axis: attention, a vocabulary) a slice is one
 // contiguous row, which runs as row loops instead: 16-way partial sums
 // (sumFloats, dotFloats) and the exponentials 16 lanes at a time
-// (expShifted). Work is split by outer slices.
+// (expShifted). Work is split by outer slices. On AVX-512, fp32 rows of a
+// multiple of 16 values (attention's) run the same operations in vector
+// registers (softmaxRowsAvx512, softmaxGradRowsAvx512: the same bits).
 //
 //===----------------------------------------------------------------------===//
 
@@ -62,6 +64,19 @@ void softRow(SoftOp op, const float *x, const float *yv, float *out, float *tmp,
   case SoftOp::Hardmax:
     break;
   }
+}
+
+/// Rows [o0, o1) of an fp32 Softmax (and its bf16 cast) or SoftmaxGrad
+/// through the AVX-512 row kernels; false when they are not built.
+bool rowsAvx512(SoftOp op, const TensorArg &a, const TensorArg &b, const TensorArg &y,
+                const TensorArg &z, int64_t o0, int64_t o1, int64_t len) {
+  const float *x = static_cast<const float *>(a.data) + o0 * len;
+  float *out = static_cast<float *>(y.data) + o0 * len;
+  if (op == SoftOp::SoftmaxGrad)
+    return softmaxGradRowsAvx512(x, static_cast<const float *>(b.data) + o0 * len, out, o1 - o0,
+                                 len);
+  uint16_t *cast = z.data ? static_cast<uint16_t *>(z.data) + o0 * len : nullptr;
+  return softmaxRowsAvx512(x, out, cast, o1 - o0, len);
 }
 
 struct Slices {
@@ -121,8 +136,16 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
   scratch->reserve(layout.size());
   ThreadPool &pool = ctx.pool;
   int64_t minSlices = std::max<int64_t>(1, 4096 / std::max<int64_t>(slice, 1));
+  // fp32 rows of a multiple of 16 values on AVX-512 (attention): the row
+  // loops below in vector registers, one call per range (the same bits).
+  bool fastRows = s.inner == 1 && s.len % 16 == 0 && useAvx512() && a.type == plan::F32 &&
+                  y.type == plan::F32 && (!grad || b.type == plan::F32) &&
+                  (!z.data || z.type == plan::BF16) &&
+                  (op == SoftOp::Softmax || op == SoftOp::SoftmaxGrad);
   return std::make_unique<LambdaKernel>([=, &pool] {
     pool.parallelFor(s.outer, minSlices, [&](int64_t o0, int64_t o1, int range) {
+      if (fastRows && rowsAvx512(op, a, b, y, z, o0, o1, s.len))
+        return;
       float *buf = at<float>(scratch->data(), off) + range * perRange;
       float *aBuf = buf, *bBuf = buf + slice, *yBuf = buf + 2 * slice;
       float *colA = buf + ((3 * slice + 1) & ~int64_t(1));

@@ -5,6 +5,7 @@
 
 #include "ampc/rt/OptimizerMath.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <type_traits>
@@ -70,6 +71,9 @@ struct AdamWArrays {
   uint16_t *copy; ///< the parameter's fp16/bf16 copy, or null
 };
 
+/// How far ahead (elements) the AdamW loop prefetches its streams.
+constexpr int64_t kAdamWPrefetch = 512;
+
 /// The AdamW loop over [begin, end) for one gradient storage type and one
 /// copy type (none, fp16, bf16); only the conversions differ, so each
 /// instantiation is a plain loop the compiler vectorizes.
@@ -80,10 +84,29 @@ adamwRange(math::AdamWConstants c, math::AdamWStepScalars s, const G *g, Load lo
   // The constants are copies: read through a reference, they could alias
   // the arrays written, and the compiler would reload them every element
   // and not vectorize.
-  for (int64_t i = begin; i < end; ++i) {
-    math::adamwUpdate(c, s, load(g[i]), p[i], m[i], v[i]);
-    if constexpr (!std::is_same_v<Store, std::nullptr_t>)
-      copy[i] = store(p[i]);
+  // The state comes from memory (last touched a step ago): each block of 64
+  // elements asks for the cache lines kAdamWPrefetch elements ahead in every
+  // stream, which the hardware prefetchers alone fetch too late (2 threads,
+  // 12 tensors of 590k bf16-trained parameters, caches flushed: 46-47 GB/s
+  // without, 53-55 with 512 elements ahead, 52-53 with 256 or 1024).
+  constexpr int64_t kBlock = 64, kLine = 64;
+  for (int64_t b = begin; b < end; b += kBlock) {
+    if (b + kAdamWPrefetch < end) {
+      int64_t ahead = b + kAdamWPrefetch;
+      for (int64_t k = 0; k < kBlock; k += kLine / 4) {
+        __builtin_prefetch(p + ahead + k, 1);
+        __builtin_prefetch(m + ahead + k, 1);
+        __builtin_prefetch(v + ahead + k, 1);
+      }
+      for (int64_t k = 0; k < kBlock; k += kLine / static_cast<int64_t>(sizeof(G)))
+        __builtin_prefetch(g + ahead + k);
+    }
+    int64_t e = std::min(b + kBlock, end);
+    for (int64_t i = b; i < e; ++i) {
+      math::adamwUpdate(c, s, load(g[i]), p[i], m[i], v[i]);
+      if constexpr (!std::is_same_v<Store, std::nullptr_t>)
+        copy[i] = store(p[i]);
+    }
   }
 }
 

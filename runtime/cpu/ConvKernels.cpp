@@ -94,20 +94,20 @@ bool convShape(const StepContext &ctx, const TensorArg &x, const TensorArg &w,
 
 /// Whether an fp32 convolution runs as Winograd F(4x4, 3x3) (oneDNN's
 /// jit_wino_4x3) instead of directly: 2-D, 3x3, stride 1, no dilation, one
-/// group, at least 32 channels in and out, and AMPC_CPU_CONV_WINOGRAD is not
-/// "off". Measured (oneDNN 2.6, AVX-512, batch 64, 2 threads, forward /
-/// backward data / backward weights): 32 channels on 16x16 0.70 / 0.71 /
-/// 0.72 ms directly, 0.52 / 0.52 / 0.58 as Winograd; 64 on 8x8 0.67 / 0.70 /
-/// 0.78 against 0.41 / 0.41 / 0.53; 16 on 32x32 slower as Winograd (1.09
-/// against 0.90 ms forward). The transforms cost accuracy: its error, measured
+/// group, at least `minChannels` channels in and out (32; 16 for the weights'
+/// gradient), and AMPC_CPU_CONV_WINOGRAD is not "off". Measured (oneDNN 2.6, AVX-512, batch 64, 2
+/// threads, forward / backward data / backward weights): 32 channels on 16x16 0.70 / 0.71 / 0.72 ms
+/// directly, 0.52 / 0.52 / 0.58 as Winograd; 64 on 8x8 0.67 / 0.70 / 0.78 against 0.41 / 0.41 /
+/// 0.53; 16 on 32x32 slower as Winograd (1.09 against 0.90 ms forward, 1.08 against 0.83 backward
+/// data, but 0.78 against 0.89 backward weights). The transforms cost accuracy: its error, measured
 /// against double math, is at most about 1e-6 of sum |x||w| (direct: 3e-7);
 /// CpuKernel.ConvWinogradErrorBound holds it to 2^-18 of that sum, which is
 /// within the worst case of a direct fp32 sum of 9C products (9C * 2^-24).
-bool useWinograd(const ConvShape &s, dt cdt, plan::ElemType type) {
+bool useWinograd(const ConvShape &s, dt cdt, plan::ElemType type, int64_t minChannels = 32) {
   // Read when a kernel is created (plan load), so that tests can compare.
   const char *env = std::getenv("AMPC_CPU_CONV_WINOGRAD");
   if ((env && std::strcmp(env, "off") == 0) || cdt != dt::f32 || type != plan::F32 ||
-      s.group != 1 || s.C < 32 || s.M < 32 || s.kSp != std::vector<int64_t>{3, 3})
+      s.group != 1 || s.C < minChannels || s.M < minChannels || s.kSp != std::vector<int64_t>{3, 3})
     return false;
   for (size_t d = 0; d < s.strides.size(); ++d)
     if (s.strides[d] != 1 || s.dilates[d] != 0)
@@ -500,8 +500,12 @@ public:
           return dnnl::convolution_backward_weights::primitive_desc(d, dnnlAttr(), dnnlEngine(),
                                                                     fwd, true);
         };
-        auto pd = makePd(preferred, dbWithDw);
-        if (!pd && preferred != direct)
+        // Backward weights gains from 16 channels on (0.89 -> 0.78-0.79 ms
+        // for 16 on 32x32).
+        dnnl::algorithm preferredW =
+            useWinograd(s, cdt, dy_.type, 16) ? dnnl::algorithm::convolution_winograd : direct;
+        auto pd = makePd(preferredW, dbWithDw);
+        if (!pd && preferredW != direct)
           pd = makePd(direct, dbWithDw);
         if (!pd && dbWithDw) {
           dbWithDw = false;

@@ -117,15 +117,17 @@ bool isReluStep(const plan::Step &t) {
          f.instructions(0).attrs_size() == 0;
 }
 
-bool isCastToBf16Step(const plan::Step &t) {
+bool isCastStep(const plan::Step &t, plan::ElemType to) {
   if (t.op() != "ampc.Fused" || t.inputs_size() != 1 || t.outputs_size() != 1)
     return false;
   const plan::FusedProgram &f = t.fused();
   return f.num_inputs() == 1 && f.instructions_size() == 1 && f.results_size() == 1 &&
          f.results(0) == 1 && f.instructions(0).op() == "Cast" &&
          f.instructions(0).args_size() == 1 && f.instructions(0).args(0) == 0 &&
-         f.instructions(0).type() == plan::BF16;
+         f.instructions(0).type() == to;
 }
+
+bool isCastToBf16Step(const plan::Step &t) { return isCastStep(t, plan::BF16); }
 
 bool isAddReluStep(const plan::Step &t) {
   if (t.op() != "ampc.Fused" || t.inputs_size() != 2 || t.outputs_size() != 1)

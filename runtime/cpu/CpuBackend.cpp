@@ -2,6 +2,7 @@
 
 #include "ampc/rt/Backend.h"
 
+#include "CastPrologue.h"
 #include "ChannelLayout.h"
 #include "ColumnSumEpilogue.h"
 #include "Kernel.h"
@@ -438,6 +439,16 @@ private:
     return e;
   }
 
+  /// The steps that read the bf16 tensor a Cast before them widens
+  /// (CastPrologue.h), where neither is kept in channel blocks.
+  std::vector<CastPrologue> castProloguesOf(const plan::Program &prog) const {
+    std::vector<CastPrologue> e = castPrologues(plan_, prog);
+    for (int s = 0; s < prog.steps_size(); ++s)
+      if (e[s].source >= 0 && (blocked_[e[s].source] || blocked_[prog.steps(s).inputs(0)]))
+        e[s] = CastPrologue();
+    return e;
+  }
+
   /// Operand `id` as the Relu step after a normalization binds it: as
   /// stored, in channel blocks or not (epiloguesOf checked they agree).
   TensorArg epilogueArg(int id) const {
@@ -466,14 +477,20 @@ private:
                    prog.name().c_str(), cast, castOnly);
     }
     std::vector<ColumnSumEpilogue> columnSums = columnSumEpiloguesOf(prog);
+    std::vector<CastPrologue> prologues = castProloguesOf(prog);
+    std::vector<uint8_t> castTaken(prog.steps_size(), 0);
+    for (const CastPrologue &e : prologues)
+      if (e.source >= 0)
+        castTaken[e.castStep] = 1;
     bool sumsTaken = false; // by the step before
-    int sumsFused = 0, sumsOnly = 0;
+    int sumsFused = 0, sumsOnly = 0, castsTaken = 0;
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
-      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken) {
-        // Done by the step before it.
+      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken || castTaken[s]) {
+        // Done by the step before it, or a later step reads its operand.
         out.kernels.push_back(std::make_unique<LambdaKernel>([] {}));
         sumsTaken = false;
+        castsTaken += castTaken[s];
         continue;
       }
       std::string where = "program '" + prog.name() + "' step " + std::to_string(s) + " (" +
@@ -495,6 +512,8 @@ private:
         error = where + ": cannot allocate the plain copy of a channel-blocked operand";
         return false;
       }
+      if (prologues[s].source >= 0)
+        ctx.inputs[0] = arg(prologues[s].source);
       if (epilogues[s].cast) {
         ctx.castOutput = arg(prog.steps(s + 1).outputs(0));
         ctx.castOnly = epilogues[s].castOnly;
@@ -528,6 +547,11 @@ private:
                    "cpu epilogues: program '%s': %d fused steps write the column sums of the "
                    "ReduceSum after them, %d of them instead of the summed result\n",
                    prog.name().c_str(), sumsFused, sumsOnly);
+    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
+      std::fprintf(stderr,
+                   "cpu epilogues: program '%s': %d steps read the bf16 tensor that a Cast "
+                   "before them widens, instead of its result\n",
+                   prog.name().c_str(), castsTaken);
     scheduleFinishes(prog, out);
     for (const plan::StateUpdate &u : prog.updates())
       if (ptr_[u.state()] != ptr_[u.updated()])

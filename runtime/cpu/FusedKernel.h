@@ -76,7 +76,9 @@ bool expShiftedAvx512(const float *x, float shift, float *out, int64_t n);
 /// without SLEEF.
 bool softmaxRowsAvx512(const float *x, float *y, uint16_t *z, int64_t rows, int64_t n);
 /// dx = y (dy - sum(dy y)) over `rows` contiguous fp32 rows of n values, n a
-/// multiple of 16: the portable loop's bits (dotFloats' order).
-bool softmaxGradRowsAvx512(const float *dy, const float *y, float *dx, int64_t rows, int64_t n);
+/// multiple of 16: the portable loop's bits (dotFloats' order). dY is fp32,
+/// or bf16 when `dyBf16` (widened exactly, as rowIn does).
+bool softmaxGradRowsAvx512(const void *dy, bool dyBf16, const float *y, float *dx, int64_t rows,
+                           int64_t n);
 
 } // namespace ampc::rt::cpu

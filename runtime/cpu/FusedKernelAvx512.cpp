@@ -89,17 +89,26 @@ bool softmaxRowsAvx512(const float *x, float *y, uint16_t *z, int64_t rows, int6
 #endif
 }
 
-bool softmaxGradRowsAvx512(const float *dy, const float *y, float *dx, int64_t rows, int64_t n) {
+bool softmaxGradRowsAvx512(const void *dy, bool dyBf16, const float *y, float *dx, int64_t rows,
+                           int64_t n) {
   if (n % 16)
     return false;
-  for (int64_t r = 0; r < rows; ++r, dy += n, y += n, dx += n) {
+  const float *dyF = static_cast<const float *>(dy);
+  const uint16_t *dyH = static_cast<const uint16_t *>(dy);
+  auto loadDy = [&](int64_t i) {
+    return dyBf16 ? bf16Widen(_mm512_cvtepu16_epi32(
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i *>(dyH + i))))
+                  : _mm512_loadu_ps(dyF + i);
+  };
+  for (int64_t r = 0; r < rows; ++r, y += n, dx += n) {
+    const int64_t row = r * n;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16)
-      acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(dy + j), _mm512_loadu_ps(y + j)));
+      acc = _mm512_add_ps(acc, _mm512_mul_ps(loadDy(row + j), _mm512_loadu_ps(y + j)));
     const __m512 s = _mm512_set1_ps(combineLanes(acc));
     for (int64_t j = 0; j < n; j += 16)
-      _mm512_storeu_ps(dx + j, _mm512_mul_ps(_mm512_loadu_ps(y + j),
-                                             _mm512_sub_ps(_mm512_loadu_ps(dy + j), s)));
+      _mm512_storeu_ps(dx + j,
+                       _mm512_mul_ps(_mm512_loadu_ps(y + j), _mm512_sub_ps(loadDy(row + j), s)));
   }
   return true;
 }

@@ -197,7 +197,7 @@ std::unique_ptr<Kernel> createLayerNormGrad(const StepContext &ctx, std::string 
       float invN = 1.0f / static_cast<float>(inner);
       forEachRow(
           [&](int64_t r) AMPC_ROW_INLINE {
-            const float *g = rowIn(dy, r * inner, inner, dyBuf);
+            const float *g = rowAsFloats(dy, r * inner, inner, dyBuf);
             const float *xr = rowIn(x, r * inner, inner, xBuf);
             float mu = loadFloat(mean, r), inv = loadFloat(invStd, r);
             // xhat into dxBuf, then sums of g*scale and g*scale*xhat.

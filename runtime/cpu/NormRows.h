@@ -51,6 +51,20 @@ template <typename Body> void forEachRow(const Body &body, int64_t r0, int64_t r
   });
 }
 
+/// Elements [begin, begin + n) of t as fp32, like rowIn, but bf16 rows widen
+/// in the calling build's loop (16 lanes in the AVX-512 one) rather than in
+/// rowIn's baseline-compiled conversion.
+inline AMPC_ROW_INLINE const float *rowAsFloats(const TensorArg &t, int64_t begin, int64_t n,
+                                                float *buf) {
+  if (t.type != plan::BF16)
+    return rowIn(t, begin, n, buf);
+  const uint16_t *p = static_cast<const uint16_t *>(t.data) + begin;
+  uint32_t *bits = reinterpret_cast<uint32_t *>(buf);
+  for (int64_t i = 0; i < n; ++i)
+    bits[i] = static_cast<uint32_t>(p[i]) << 16;
+  return buf;
+}
+
 /// Calls fn with elements [begin, begin + n) of t as an F32Row or a Bf16Row.
 template <typename Fn>
 inline AMPC_ROW_INLINE void withRow(const TensorArg &t, int64_t begin, int64_t n, float *buf,

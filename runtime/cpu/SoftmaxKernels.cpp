@@ -66,17 +66,19 @@ void softRow(SoftOp op, const float *x, const float *yv, float *out, float *tmp,
   }
 }
 
-/// Rows [o0, o1) of an fp32 Softmax (and its bf16 cast) or SoftmaxGrad
-/// through the AVX-512 row kernels; false when they are not built.
+/// Rows [o0, o1) of an fp32 Softmax (and its bf16 cast) or SoftmaxGrad (dY
+/// fp32 or bf16) through the AVX-512 row kernels; false when not built.
 bool rowsAvx512(SoftOp op, const TensorArg &a, const TensorArg &b, const TensorArg &y,
                 const TensorArg &z, int64_t o0, int64_t o1, int64_t len) {
-  const float *x = static_cast<const float *>(a.data) + o0 * len;
   float *out = static_cast<float *>(y.data) + o0 * len;
-  if (op == SoftOp::SoftmaxGrad)
-    return softmaxGradRowsAvx512(x, static_cast<const float *>(b.data) + o0 * len, out, o1 - o0,
-                                 len);
+  if (op == SoftOp::SoftmaxGrad) {
+    bool bf16 = a.type == plan::BF16;
+    const void *dy = static_cast<const uint8_t *>(a.data) + o0 * len * (bf16 ? 2 : 4);
+    return softmaxGradRowsAvx512(dy, bf16, static_cast<const float *>(b.data) + o0 * len, out,
+                                 o1 - o0, len);
+  }
   uint16_t *cast = z.data ? static_cast<uint16_t *>(z.data) + o0 * len : nullptr;
-  return softmaxRowsAvx512(x, out, cast, o1 - o0, len);
+  return softmaxRowsAvx512(static_cast<const float *>(a.data) + o0 * len, out, cast, o1 - o0, len);
 }
 
 struct Slices {
@@ -138,7 +140,9 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
   int64_t minSlices = std::max<int64_t>(1, 4096 / std::max<int64_t>(slice, 1));
   // fp32 rows of a multiple of 16 values on AVX-512 (attention): the row
   // loops below in vector registers, one call per range (the same bits).
-  bool fastRows = s.inner == 1 && s.len % 16 == 0 && useAvx512() && a.type == plan::F32 &&
+  // SoftmaxGrad's dY may be bf16 (a CastPrologue: the Cast before it skipped).
+  bool fastRows = s.inner == 1 && s.len % 16 == 0 && useAvx512() &&
+                  (a.type == plan::F32 || (op == SoftOp::SoftmaxGrad && a.type == plan::BF16)) &&
                   y.type == plan::F32 && (!grad || b.type == plan::F32) &&
                   (!z.data || z.type == plan::BF16) &&
                   (op == SoftOp::Softmax || op == SoftOp::SoftmaxGrad);

@@ -3,8 +3,8 @@
 // softmaxRowsAvx512 / softmaxGradRowsAvx512 (runtime/cpu/FusedKernelAvx512.cpp)
 // promise the bits of the portable row loops of the Softmax kernel
 // (SoftmaxKernels.cpp: maxFloats, expShifted, sumFloats, one division, a
-// product per element; dotFloats for the gradient), including the bf16 cast
-// the Softmax writes with its result. Rows of 16 to 256 values, with the
+// product per element; dotFloats for the gradient, whose dY may be bf16),
+// including the bf16 cast the Softmax writes with its result. Rows of 16 to 256 values, with the
 // causal mask's -inf, an all -inf row, a NaN and ties between +0 and -0.
 //
 //===----------------------------------------------------------------------===//
@@ -85,16 +85,30 @@ TEST(SoftmaxRows, Avx512RowsAreTheRowLoopsBits) {
       for (int64_t i = 0; i < n; ++i)
         wantDx[r * n + i] = y[i] * (d[i] - s);
     }
-    ASSERT_TRUE(softmaxGradRowsAvx512(dy.data(), want.data(), gotDx.data(), rows, n));
+    ASSERT_TRUE(softmaxGradRowsAvx512(dy.data(), false, want.data(), gotDx.data(), rows, n));
     EXPECT_TRUE(sameBits(gotDx.data(), wantDx.data(), gotDx.size() * 4))
         << "SoftmaxGrad, n = " << n;
+    // dY in bf16 (a CastPrologue): the loop's bits on the widened values.
+    std::vector<uint16_t> dyBf16(dy.size());
+    fromFloat(ampc::plan::BF16, dy.data(), dyBf16.data(), static_cast<int64_t>(dy.size()));
+    std::vector<float> dyWide(dy.size());
+    toFloat(ampc::plan::BF16, dyBf16.data(), dyWide.data(), static_cast<int64_t>(dy.size()));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *d = dyWide.data() + r * n, *y = want.data() + r * n;
+      float s = dotFloats(d, y, n);
+      for (int64_t i = 0; i < n; ++i)
+        wantDx[r * n + i] = y[i] * (d[i] - s);
+    }
+    ASSERT_TRUE(softmaxGradRowsAvx512(dyBf16.data(), true, want.data(), gotDx.data(), rows, n));
+    EXPECT_TRUE(sameBits(gotDx.data(), wantDx.data(), gotDx.size() * 4))
+        << "SoftmaxGrad with bf16 dY, n = " << n;
   }
 }
 
 TEST(SoftmaxRows, RowsNotAMultipleOf16AreLeftToTheLoops) {
   std::vector<float> x(40, 1.0f), y(40, -1.0f);
   EXPECT_FALSE(softmaxRowsAvx512(x.data(), y.data(), nullptr, 1, 40));
-  EXPECT_FALSE(softmaxGradRowsAvx512(x.data(), x.data(), y.data(), 1, 40));
+  EXPECT_FALSE(softmaxGradRowsAvx512(x.data(), false, x.data(), y.data(), 1, 40));
   EXPECT_EQ(y[0], -1.0f);
 }
 

@@ -47,7 +47,8 @@ int64_t planStepAttrInt(const plan::Step &step, const std::string &name, int64_t
 bool isReluStep(const plan::Step &t);
 
 /// Step `t` is an ampc.Fused program of one instruction, a Cast of its one
-/// input to bf16, into its one output.
+/// input to type `to` (bf16 for isCastToBf16Step), into its one output.
+bool isCastStep(const plan::Step &t, plan::ElemType to);
 bool isCastToBf16Step(const plan::Step &t);
 
 /// Step `t` is an ampc.Fused program computing Relu(in0 + in1) into its one

@@ -169,6 +169,11 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
   std::vector<TensorArg> stats;
   for (unsigned i = 1; i < 5; ++i)
     stats.push_back(training ? outAt(ctx, i) : TensorArg());
+  // The batch mean and 1/stddev for the grad of the same X (BatchStats.h).
+  std::shared_ptr<std::vector<float>> statsOut =
+      training && ctx.batchStatsOut && ctx.batchStatsOut->size() == 2 * size_t(C)
+          ? ctx.batchStatsOut
+          : nullptr;
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
   int64_t rows = N * C;
@@ -273,6 +278,8 @@ std::unique_ptr<Kernel> createBatchNorm(const StepContext &ctx, std::string &err
       add[c] = loadFloat(bias, c);
       if (!training)
         continue;
+      if (statsOut)
+        (*statsOut)[c] = mu[c], (*statsOut)[C + c] = inv;
       float values[4] = {loadFloat(mean, c) * momentum + mu[c] * (1 - momentum),
                          loadFloat(var, c) * momentum + vr[c] * (1 - momentum), mu[c], inv};
       for (int i = 0; i < 4; ++i)
@@ -341,6 +348,11 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
   if (!sameChannelBlocks(x, dy, error) || (dx.data && !sameChannelBlocks(x, dx, error)))
     return nullptr;
   float eps = static_cast<float>(ctx.attrFloat("epsilon", 1e-5));
+  // The forward step's mean and 1/stddev of this X, the bits this kernel
+  // would compute from X (BatchStats.h): one pass over X and dY fewer.
+  std::shared_ptr<std::vector<float>> saved =
+      training && ctx.batchStatsIn && ctx.batchStatsIn->size() == 2 * size_t(C) ? ctx.batchStatsIn
+                                                                                : nullptr;
   auto scratch = SharedScratch::of(ctx.pool);
   ScratchLayout layout;
   int64_t rows = N * C;
@@ -406,7 +418,13 @@ std::unique_ptr<Kernel> createBatchNormGrad(const StepContext &ctx, std::string 
     auto dyTimesCentered = [](float xv, float g, float m) AMPC_ROW_INLINE { return g * (xv - m); };
     float count = static_cast<float>(N * pix);
     // sum(dY * xhat) = inv * sum(dY * (X - mean)), once mean is known.
-    if (training) {
+    if (saved) {
+      std::memcpy(mu, saved->data(), C * sizeof(float));
+      std::memcpy(inv, saved->data() + C, C * sizeof(float));
+      // sum(dY) in the same order as the first pass below took it.
+      sumRows(mu, dyOf, dyTimesCentered);
+      sumOverBatch(partA, N, C, sumDy);
+    } else if (training) {
       sumRows(nullptr, xOf, dyOf);
       sumOverBatch(partA, N, C, mu);
       sumOverBatch(partB, N, C, sumDy);

@@ -2,6 +2,7 @@
 
 #include "ampc/rt/Backend.h"
 
+#include "BatchStats.h"
 #include "CastPrologue.h"
 #include "ChannelLayout.h"
 #include "ColumnSumEpilogue.h"
@@ -478,6 +479,24 @@ private:
     }
     std::vector<ColumnSumEpilogue> columnSums = columnSumEpiloguesOf(prog);
     std::vector<CastPrologue> prologues = castProloguesOf(prog);
+    // Per BatchNormalization step whose statistics a grad reuses: the
+    // buffer between the two kernels (BatchStats.h).
+    std::vector<int> statsFrom = batchStatsSources(plan_, prog);
+    std::vector<std::shared_ptr<std::vector<float>>> stats(prog.steps_size());
+    int statsReused = 0;
+    for (int g = 0; g < prog.steps_size(); ++g) {
+      int f = statsFrom[g];
+      if (f < 0)
+        continue;
+      const plan::Tensor &x = plan_.tensors(prog.steps(g).inputs(1));
+      if (x.shape_size() < 2 || x.shape(1) <= 0) {
+        statsFrom[g] = -1;
+        continue;
+      }
+      if (!stats[f])
+        stats[f] = std::make_shared<std::vector<float>>(2 * static_cast<size_t>(x.shape(1)));
+      ++statsReused;
+    }
     std::vector<uint8_t> castTaken(prog.steps_size(), 0);
     for (const CastPrologue &e : prologues)
       if (e.source >= 0)
@@ -514,6 +533,9 @@ private:
       }
       if (prologues[s].source >= 0)
         ctx.inputs[0] = arg(prologues[s].source);
+      ctx.batchStatsOut = stats[s];
+      if (statsFrom[s] >= 0)
+        ctx.batchStatsIn = stats[statsFrom[s]];
       if (epilogues[s].cast) {
         ctx.castOutput = arg(prog.steps(s + 1).outputs(0));
         ctx.castOnly = epilogues[s].castOnly;
@@ -547,6 +569,11 @@ private:
                    "cpu epilogues: program '%s': %d fused steps write the column sums of the "
                    "ReduceSum after them, %d of them instead of the summed result\n",
                    prog.name().c_str(), sumsFused, sumsOnly);
+    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
+      std::fprintf(stderr,
+                   "cpu epilogues: program '%s': %d BatchNormalizationGrad steps read the batch "
+                   "statistics of their forward step\n",
+                   prog.name().c_str(), statsReused);
     if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
       std::fprintf(stderr,
                    "cpu epilogues: program '%s': %d steps read the bf16 tensor that a Cast "

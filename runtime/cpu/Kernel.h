@@ -153,6 +153,11 @@ struct StepContext {
   int columnSumOf = -1;
   TensorArg columnSums;
   bool columnSumsOnly = false;
+  /// BatchNormalization in training mode: where it also stores each
+  /// channel's batch mean and 1/stddev (2C floats). BatchNormalizationGrad:
+  /// where it reads them instead of computing them again from X (the
+  /// forward step of the same X ran before it: BatchStats.h). Null: neither.
+  std::shared_ptr<std::vector<float>> batchStatsOut, batchStatsIn;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;

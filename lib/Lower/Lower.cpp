@@ -10,6 +10,7 @@
 #include "ampc/Support/Error.h"
 #include "ampc/rt/FusedOps.h"
 #include "ampc/rt/PlanFile.h"
+#include "ampc/rt/PlanQueries.h"
 
 #include "plan.pb.h"
 
@@ -842,6 +843,33 @@ private:
     return viewsOf;
   }
 
+  /// A Cast that widens a bf16 gradient to fp32 for the one
+  /// LayerNormalizationGrad or SoftmaxGrad that reads it: the bf16 operand
+  /// lives until that step, so that a backend may give the step the bf16
+  /// values and skip the Cast (the CPU backend's CastPrologue) without the
+  /// step's results landing on them. At most the bf16 bytes for a few steps
+  /// more (the bench GPT: 3 of its 13 such Casts could not be skipped).
+  void keepNarrowOperands(const plan::Program &prog, std::vector<int> &end) const {
+    std::vector<int> readers(p_.tensors_size(), 0), reader(p_.tensors_size(), -1);
+    for (int s = 0; s < prog.steps_size(); ++s)
+      for (int id : prog.steps(s).inputs())
+        if (id >= 0)
+          ++readers[id], reader[id] = s;
+    for (int s = 0; s < prog.steps_size(); ++s) {
+      const plan::Step &cast = prog.steps(s);
+      if (!rt::isCastStep(cast, plan::F32))
+        continue;
+      int x = cast.inputs(0), y = cast.outputs(0);
+      if (x < 0 || y < 0 || p_.tensors(x).type() != plan::BF16 || readers[y] != 1 ||
+          isViewTensor(y))
+        continue;
+      const plan::Step &r = prog.steps(reader[y]);
+      if ((r.op() == "ampc.LayerNormalizationGrad" || r.op() == "ampc.SoftmaxGrad") &&
+          r.inputs(0) == y)
+        end[rootOf(x)] = std::max(end[rootOf(x)], reader[y]);
+    }
+  }
+
   /// The step index after which no step reads tensor `root` (or a view of it).
   std::vector<int> lastReads(const plan::Program &prog) const {
     std::vector<int> last(p_.tensors_size(), -1);
@@ -1016,6 +1044,7 @@ private:
       end[rootOf(b.tensor())] = numSteps;
     for (const plan::StateUpdate &u : prog.updates())
       end[rootOf(u.updated())] = numSteps;
+    keepNarrowOperands(prog, end);
 
     std::vector<BufferRequest> reqs;
     std::vector<int> ids;

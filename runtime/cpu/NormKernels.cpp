@@ -197,6 +197,10 @@ std::unique_ptr<Kernel> createLayerNormGrad(const StepContext &ctx, std::string 
       float invN = 1.0f / static_cast<float>(inner);
       forEachRow(
           [&](int64_t r) AMPC_ROW_INLINE {
+            // X comes from the forward pass, long out of cache: ask for the
+            // row after next while this one is computed.
+            if (r + 2 < r1)
+              prefetchRow(x, (r + 2) * inner, inner);
             const float *g = rowAsFloats(dy, r * inner, inner, dyBuf);
             const float *xr = rowIn(x, r * inner, inner, xBuf);
             float mu = loadFloat(mean, r), inv = loadFloat(invStd, r);

@@ -65,6 +65,13 @@ inline AMPC_ROW_INLINE const float *rowAsFloats(const TensorArg &t, int64_t begi
   return buf;
 }
 
+/// Asks for the cache lines of elements [begin, begin + n) of t.
+inline AMPC_ROW_INLINE void prefetchRow(const TensorArg &t, int64_t begin, int64_t n) {
+  const char *p = static_cast<const char *>(t.data) + begin * int64_t(elemBytes(t.type));
+  for (int64_t b = 0; b < n * int64_t(elemBytes(t.type)); b += 64)
+    __builtin_prefetch(p + b);
+}
+
 /// Calls fn with elements [begin, begin + n) of t as an F32Row or a Bf16Row.
 template <typename Fn>
 inline AMPC_ROW_INLINE void withRow(const TensorArg &t, int64_t begin, int64_t n, float *buf,

@@ -2,10 +2,9 @@
 
 #include "BatchStats.h"
 
-#include "ampc/rt/PlanQueries.h"
+#include "NormEpilogue.h"
 
-#include <cstdlib>
-#include <cstring>
+#include "ampc/rt/PlanQueries.h"
 
 namespace ampc::rt::cpu {
 
@@ -55,7 +54,7 @@ int sourceOf(const plan::Plan &p, const plan::Program &prog, int g) {
 
 std::vector<int> batchStatsSources(const plan::Plan &p, const plan::Program &prog) {
   std::vector<int> out(prog.steps_size(), -1);
-  if (const char *v = std::getenv("AMPC_CPU_EPILOGUES"); v && std::strcmp(v, "off") == 0)
+  if (cpuEpiloguesOff())
     return out;
   for (int g = 0; g < prog.steps_size(); ++g)
     out[g] = sourceOf(p, prog, g);

@@ -2,12 +2,12 @@
 
 #include "CastPrologue.h"
 
+#include "NormEpilogue.h"
+
 #include "ampc/rt/PlanFile.h"
 #include "ampc/rt/PlanQueries.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 namespace ampc::rt::cpu {
 
@@ -64,7 +64,7 @@ CastPrologue prologueOf(const plan::Plan &p, const plan::Program &prog, int r) {
 
 std::vector<CastPrologue> castPrologues(const plan::Plan &p, const plan::Program &prog) {
   std::vector<CastPrologue> out(prog.steps_size());
-  if (const char *v = std::getenv("AMPC_CPU_EPILOGUES"); v && std::strcmp(v, "off") == 0)
+  if (cpuEpiloguesOff())
     return out;
   for (int r = 0; r < prog.steps_size(); ++r)
     out[r] = prologueOf(p, prog, r);

@@ -2,11 +2,10 @@
 
 #include "ColumnSumEpilogue.h"
 
+#include "NormEpilogue.h"
+
 #include "ampc/rt/PlanFile.h"
 #include "ampc/rt/PlanQueries.h"
-
-#include <cstdlib>
-#include <cstring>
 
 namespace ampc::rt::cpu {
 
@@ -65,7 +64,7 @@ int summedResult(const plan::Plan &p, const plan::Step &fused, const plan::Step 
 std::vector<ColumnSumEpilogue> columnSumEpilogues(const plan::Plan &p, const plan::Program &prog,
                                                   const std::function<TensorArg(int)> &constant) {
   std::vector<ColumnSumEpilogue> out(prog.steps_size());
-  if (const char *v = std::getenv("AMPC_CPU_EPILOGUES"); v && std::strcmp(v, "off") == 0)
+  if (cpuEpiloguesOff())
     return out;
   for (int s = 0; s + 1 < prog.steps_size(); ++s) {
     const plan::Step &fused = prog.steps(s), &sum = prog.steps(s + 1);

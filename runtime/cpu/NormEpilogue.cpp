@@ -108,9 +108,14 @@ bool castFusable(const plan::Plan &p, const plan::Step &norm, const plan::Step &
 
 } // namespace
 
+bool cpuEpiloguesOff() {
+  const char *v = std::getenv("AMPC_CPU_EPILOGUES");
+  return v && std::strcmp(v, "off") == 0;
+}
+
 std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program &prog) {
   std::vector<NormEpilogue> out(prog.steps_size());
-  if (const char *v = std::getenv("AMPC_CPU_EPILOGUES"); v && std::strcmp(v, "off") == 0)
+  if (cpuEpiloguesOff())
     return out;
   for (int s = 0; s + 1 < prog.steps_size(); ++s) {
     const plan::Step &bn = prog.steps(s);

@@ -20,6 +20,11 @@
 
 namespace ampc::rt::cpu {
 
+/// AMPC_CPU_EPILOGUES=off: every load-time fusion of the CPU backend is off
+/// (these epilogues, ColumnSumEpilogue.h, CastPrologue.h, BatchStats.h), so
+/// that tests can compare the bits with and without.
+bool cpuEpiloguesOff();
+
 /// A normalization step's epilogue: the next step, a Relu or Relu(Y + R),
 /// is done by the normalization.
 struct NormEpilogue {

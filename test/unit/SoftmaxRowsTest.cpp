@@ -79,12 +79,15 @@ TEST(SoftmaxRows, Avx512RowsAreTheRowLoopsBits) {
 
     // The gradient, dx = y (dy - sum(dy y)), with y the softmax above.
     std::vector<float> wantDx(x.size()), gotDx(x.size());
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *d = dy.data() + r * n, *y = want.data() + r * n;
-      float s = dotFloats(d, y, n);
-      for (int64_t i = 0; i < n; ++i)
-        wantDx[r * n + i] = y[i] * (d[i] - s);
-    }
+    auto gradientRows = [&](const std::vector<float> &dyRows) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float *d = dyRows.data() + r * n, *y = want.data() + r * n;
+        float s = dotFloats(d, y, n);
+        for (int64_t i = 0; i < n; ++i)
+          wantDx[r * n + i] = y[i] * (d[i] - s);
+      }
+    };
+    gradientRows(dy);
     ASSERT_TRUE(softmaxGradRowsAvx512(dy.data(), false, want.data(), gotDx.data(), rows, n));
     EXPECT_TRUE(sameBits(gotDx.data(), wantDx.data(), gotDx.size() * 4))
         << "SoftmaxGrad, n = " << n;
@@ -93,12 +96,7 @@ TEST(SoftmaxRows, Avx512RowsAreTheRowLoopsBits) {
     fromFloat(ampc::plan::BF16, dy.data(), dyBf16.data(), static_cast<int64_t>(dy.size()));
     std::vector<float> dyWide(dy.size());
     toFloat(ampc::plan::BF16, dyBf16.data(), dyWide.data(), static_cast<int64_t>(dy.size()));
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *d = dyWide.data() + r * n, *y = want.data() + r * n;
-      float s = dotFloats(d, y, n);
-      for (int64_t i = 0; i < n; ++i)
-        wantDx[r * n + i] = y[i] * (d[i] - s);
-    }
+    gradientRows(dyWide);
     ASSERT_TRUE(softmaxGradRowsAvx512(dyBf16.data(), true, want.data(), gotDx.data(), rows, n));
     EXPECT_TRUE(sameBits(gotDx.data(), wantDx.data(), gotDx.size() * 4))
         << "SoftmaxGrad with bf16 dY, n = " << n;

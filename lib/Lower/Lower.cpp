@@ -845,10 +845,12 @@ private:
 
   /// A Cast that widens a bf16 gradient to fp32 for the one
   /// LayerNormalizationGrad or SoftmaxGrad that reads it: the bf16 operand
-  /// lives until that step, so that a backend may give the step the bf16
-  /// values and skip the Cast (the CPU backend's CastPrologue) without the
-  /// step's results landing on them. At most the bf16 bytes for a few steps
-  /// more (the bench GPT: 3 of its 13 such Casts could not be skipped).
+  /// lives until the step after that one, so that a backend may give the
+  /// step the bf16 values and skip the Cast (the CPU backend's CastPrologue)
+  /// without the step's results, or the results of the step after it that
+  /// the step may write too (a SoftmaxGrad's scaled bf16 cast), landing on
+  /// them. At most the bf16 bytes for a few steps more (the bench GPT: 3 of
+  /// its 13 such Casts could not be skipped before).
   void keepNarrowOperands(const plan::Program &prog, std::vector<int> &end) const {
     std::vector<int> readers(p_.tensors_size(), 0), reader(p_.tensors_size(), -1);
     for (int s = 0; s < prog.steps_size(); ++s)
@@ -866,7 +868,7 @@ private:
       const plan::Step &r = prog.steps(reader[y]);
       if ((r.op() == "ampc.LayerNormalizationGrad" || r.op() == "ampc.SoftmaxGrad") &&
           r.inputs(0) == y)
-        end[rootOf(x)] = std::max(end[rootOf(x)], reader[y]);
+        end[rootOf(x)] = std::max(end[rootOf(x)], reader[y] + 1);
     }
   }
 

@@ -415,10 +415,15 @@ private:
     }
   }
 
-  /// The normalizations that write the Relu after them (NormEpilogue.h),
-  /// where the three tensors share a layout.
-  std::vector<NormEpilogue> epiloguesOf(const plan::Program &prog) const {
-    std::vector<NormEpilogue> e = normEpilogues(plan_, prog);
+  /// The normalizations that write the Relu or cast after them
+  /// (NormEpilogue.h), where the three tensors share a layout; a step with a
+  /// cast prologue reads its source, not its input 0.
+  std::vector<NormEpilogue> epiloguesOf(const plan::Program &prog,
+                                        const std::vector<CastPrologue> &prologues) const {
+    std::vector<int> input0(prologues.size(), -1);
+    for (size_t s = 0; s < prologues.size(); ++s)
+      input0[s] = prologues[s].source;
+    std::vector<NormEpilogue> e = normEpilogues(plan_, prog, input0);
     for (int s = 0; s < prog.steps_size(); ++s) {
       if (!e[s].fused)
         continue;
@@ -460,7 +465,8 @@ private:
 
   bool prepareProgram(const plan::Program &prog, std::string &error) {
     Program out;
-    std::vector<NormEpilogue> epilogues = epiloguesOf(prog);
+    std::vector<CastPrologue> prologues = castProloguesOf(prog);
+    std::vector<NormEpilogue> epilogues = epiloguesOf(prog, prologues);
     if (std::getenv("AMPC_CPU_EPILOGUE_REPORT")) {
       int relu = 0, cast = 0, castOnly = 0;
       for (const NormEpilogue &e : epilogues) {
@@ -472,13 +478,13 @@ private:
           stderr,
           "cpu epilogues: program '%s': %d BatchNormalization steps write the Relu after them\n",
           prog.name().c_str(), relu);
-      std::fprintf(stderr,
-                   "cpu epilogues: program '%s': %d LayerNormalization and Softmax steps write "
-                   "the bf16 cast after them, %d of them instead of their own result\n",
-                   prog.name().c_str(), cast, castOnly);
+      std::fprintf(
+          stderr,
+          "cpu epilogues: program '%s': %d LayerNormalization, Softmax and SoftmaxGrad steps "
+          "write the bf16 cast after them, %d of them instead of their own result\n",
+          prog.name().c_str(), cast, castOnly);
     }
     std::vector<ColumnSumEpilogue> columnSums = columnSumEpiloguesOf(prog);
-    std::vector<CastPrologue> prologues = castProloguesOf(prog);
     // Per BatchNormalization step whose statistics a grad reuses: the
     // buffer between the two kernels (BatchStats.h).
     std::vector<int> statsFrom = batchStatsSources(plan_, prog);
@@ -539,6 +545,8 @@ private:
       if (epilogues[s].cast) {
         ctx.castOutput = arg(prog.steps(s + 1).outputs(0));
         ctx.castOnly = epilogues[s].castOnly;
+        if (epilogues[s].divisor >= 0)
+          ctx.castDivisor = arg(epilogues[s].divisor);
       } else if (epilogues[s].fused) {
         ctx.reluOutput = epilogueArg(prog.steps(s + 1).outputs(0));
         ctx.reluResidual = epilogueArg(epilogues[s].residual);

@@ -78,7 +78,9 @@ bool softmaxRowsAvx512(const float *x, float *y, uint16_t *z, int64_t rows, int6
 /// dx = y (dy - sum(dy y)) over `rows` contiguous fp32 rows of n values, n a
 /// multiple of 16: the portable loop's bits (dotFloats' order). dY is fp32,
 /// or bf16 when `dyBf16` (widened exactly, as rowIn does).
+/// With `z`, also bf16(dx / divisor) into z (the scaled cast after it), and
+/// dx itself only where `dx` is not null.
 bool softmaxGradRowsAvx512(const void *dy, bool dyBf16, const float *y, float *dx, int64_t rows,
-                           int64_t n);
+                           int64_t n, uint16_t *z = nullptr, float divisor = 1.0f);
 
 } // namespace ampc::rt::cpu

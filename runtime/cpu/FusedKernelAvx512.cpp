@@ -90,7 +90,7 @@ bool softmaxRowsAvx512(const float *x, float *y, uint16_t *z, int64_t rows, int6
 }
 
 bool softmaxGradRowsAvx512(const void *dy, bool dyBf16, const float *y, float *dx, int64_t rows,
-                           int64_t n) {
+                           int64_t n, uint16_t *z, float divisor) {
   if (n % 16)
     return false;
   const float *dyF = static_cast<const float *>(dy);
@@ -100,15 +100,21 @@ bool softmaxGradRowsAvx512(const void *dy, bool dyBf16, const float *y, float *d
                         _mm256_loadu_si256(reinterpret_cast<const __m256i *>(dyH + i))))
                   : _mm512_loadu_ps(dyF + i);
   };
-  for (int64_t r = 0; r < rows; ++r, y += n, dx += n) {
+  const __m512 div = _mm512_set1_ps(divisor);
+  for (int64_t r = 0; r < rows; ++r, y += n) {
     const int64_t row = r * n;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j += 16)
       acc = _mm512_add_ps(acc, _mm512_mul_ps(loadDy(row + j), _mm512_loadu_ps(y + j)));
     const __m512 s = _mm512_set1_ps(combineLanes(acc));
-    for (int64_t j = 0; j < n; j += 16)
-      _mm512_storeu_ps(dx + j,
-                       _mm512_mul_ps(_mm512_loadu_ps(y + j), _mm512_sub_ps(loadDy(row + j), s)));
+    for (int64_t j = 0; j < n; j += 16) {
+      __m512 g = _mm512_mul_ps(_mm512_loadu_ps(y + j), _mm512_sub_ps(loadDy(row + j), s));
+      if (dx)
+        _mm512_storeu_ps(dx + row + j, g);
+      if (z)
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(z + row + j),
+                            _mm512_cvtepi32_epi16(bf16Bits(_mm512_div_ps(g, div))));
+    }
   }
   return true;
 }

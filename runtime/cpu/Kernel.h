@@ -140,11 +140,13 @@ struct StepContext {
   /// step after it, which it writes into `reluOutput` in place of Y
   /// (NormEpilogue.h). No data: no epilogue.
   TensorArg reluOutput, reluResidual;
-  /// LayerNormalization and Softmax only: the bf16 result of the Cast step
-  /// after them, which they write as well (NormEpilogue.h); with
+  /// LayerNormalization, Softmax and SoftmaxGrad only: the bf16 result of
+  /// the Cast step after them, which they write as well (NormEpilogue.h); with
   /// `castOnly`, instead of Y. No data: no epilogue.
   TensorArg castOutput;
   bool castOnly = false;
+  /// SoftmaxGrad only: castOutput is bf16(Y / castDivisor), a scalar.
+  TensorArg castDivisor;
   /// ampc.Fused only: the ReduceSum after it, of result `columnSumOf` over
   /// every axis but the last, offered to the kernel (ColumnSumEpilogue.h),
   /// which sets *columnSumTaken when it writes those sums into `columnSums`

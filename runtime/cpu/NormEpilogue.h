@@ -35,15 +35,22 @@ struct NormEpilogue {
   /// `castOnly` Y itself need not be written.
   bool cast = false;
   bool castOnly = false;
+  /// The cast divides Y by this scalar tensor first (a SoftmaxGrad's result
+  /// scaled back by attention's 1/sqrt(d)), or -1.
+  int divisor = -1;
 };
 
 /// For each step of `prog`: whether it is a BatchNormalization whose
 /// result Y only the next step reads, that step a Relu of Y or an Add of Y
 /// and R (same shape and type) then a Relu, or a LayerNormalization or a
 /// Softmax over the last axis whose fp32 result Y the next step casts to
-/// bf16, such that writing that step's result while the normalization runs
-/// clobbers nothing it or a step in between reads. The same answer for a
-/// plan on every machine.
-std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program &prog);
+/// bf16 (or a SoftmaxGrad over the last axis whose result the next step
+/// divides by a scalar, then casts to bf16), such that writing that step's result while the
+/// normalization runs clobbers nothing it or a step in between reads. The same answer for a plan on
+/// every machine. `input0[s]`, where given and not -1, is the tensor step s reads instead of its
+/// input 0 (CastPrologue.h): the epilogue's result must not overlap that one, and may overlap the
+/// input it replaces (never written nor read).
+std::vector<NormEpilogue> normEpilogues(const plan::Plan &p, const plan::Program &prog,
+                                        const std::vector<int> &input0 = {});
 
 } // namespace ampc::rt::cpu

@@ -67,17 +67,18 @@ void softRow(SoftOp op, const float *x, const float *yv, float *out, float *tmp,
 }
 
 /// Rows [o0, o1) of an fp32 Softmax (and its bf16 cast) or SoftmaxGrad (dY
-/// fp32 or bf16) through the AVX-512 row kernels; false when not built.
+/// fp32 or bf16; dX where y has data, bf16(dX / divisor) where z has)
+/// through the AVX-512 row kernels; false when not built.
 bool rowsAvx512(SoftOp op, const TensorArg &a, const TensorArg &b, const TensorArg &y,
-                const TensorArg &z, int64_t o0, int64_t o1, int64_t len) {
-  float *out = static_cast<float *>(y.data) + o0 * len;
+                const TensorArg &z, float divisor, int64_t o0, int64_t o1, int64_t len) {
+  float *out = y.data ? static_cast<float *>(y.data) + o0 * len : nullptr;
+  uint16_t *cast = z.data ? static_cast<uint16_t *>(z.data) + o0 * len : nullptr;
   if (op == SoftOp::SoftmaxGrad) {
     bool bf16 = a.type == plan::BF16;
     const void *dy = static_cast<const uint8_t *>(a.data) + o0 * len * (bf16 ? 2 : 4);
     return softmaxGradRowsAvx512(dy, bf16, static_cast<const float *>(b.data) + o0 * len, out,
-                                 o1 - o0, len);
+                                 o1 - o0, len, cast, divisor);
   }
-  uint16_t *cast = z.data ? static_cast<uint16_t *>(z.data) + o0 * len : nullptr;
   return softmaxRowsAvx512(static_cast<const float *>(a.data) + o0 * len, out, cast, o1 - o0, len);
 }
 
@@ -120,9 +121,18 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
   Slices s;
   if (!slicesOf(ctx, a, s, error))
     return nullptr;
-  // The Cast to bf16 after a Softmax (NormEpilogue.h), written with Y.
-  TensorArg z = ctx.castOutput;
-  if (z.data && (op != SoftOp::Softmax || ctx.castOnly || z.numel != y.numel)) {
+  // The Cast to bf16 after a Softmax, written with Y; or after a SoftmaxGrad,
+  // bf16(dX / divisor), with dX or instead of it (NormEpilogue.h). Rows of
+  // the last axis only.
+  TensorArg z = ctx.castOutput, divisor = ctx.castDivisor;
+  const bool scaledCast = z.data && op == SoftOp::SoftmaxGrad && divisor.data;
+  const bool castOnly = scaledCast && ctx.castOnly;
+  if (z.data && (!(op == SoftOp::Softmax && !ctx.castOnly) && !scaledCast)) {
+    error = "a bf16 cast is written only by a Softmax with its result or a SoftmaxGrad";
+    return nullptr;
+  }
+  if (z.data && (z.numel != y.numel || z.type != plan::BF16 ||
+                 (scaledCast && (divisor.numel != 1 || s.inner != 1)))) {
     error = "a bf16 cast written with the result must be shaped like it";
     return nullptr;
   }
@@ -147,8 +157,9 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
                   (!z.data || z.type == plan::BF16) &&
                   (op == SoftOp::Softmax || op == SoftOp::SoftmaxGrad);
   return std::make_unique<LambdaKernel>([=, &pool] {
+    const float div = scaledCast ? loadFloat(divisor, 0) : 1.0f;
     pool.parallelFor(s.outer, minSlices, [&](int64_t o0, int64_t o1, int range) {
-      if (fastRows && rowsAvx512(op, a, b, y, z, o0, o1, s.len))
+      if (fastRows && rowsAvx512(op, a, b, castOnly ? TensorArg() : y, z, div, o0, o1, s.len))
         return;
       float *buf = at<float>(scratch->data(), off) + range * perRange;
       float *aBuf = buf, *bBuf = buf + slice, *yBuf = buf + 2 * slice;
@@ -158,12 +169,19 @@ std::unique_ptr<Kernel> createSoft(const StepContext &ctx, std::string &error, S
       for (int64_t o = o0; o < o1; ++o) {
         const float *x = rowIn(a, o * slice, slice, aBuf);
         const float *yv = grad ? rowIn(b, o * slice, slice, bBuf) : nullptr;
-        float *out = rowOut(y, o * slice, yBuf);
+        float *out = castOnly ? yBuf : rowOut(y, o * slice, yBuf);
         if (I == 1 && op != SoftOp::Hardmax) {
-          softRow(op, x, yv, out, buf + colsEnd, L);
-          rowCommit(y, o * slice, slice, out);
-          if (z.data)
+          float *tmp = buf + colsEnd;
+          softRow(op, x, yv, out, tmp, L);
+          if (!castOnly)
+            rowCommit(y, o * slice, slice, out);
+          if (scaledCast) {
+            for (int64_t i = 0; i < L; ++i)
+              tmp[i] = out[i] / div;
+            storeFloats(z, o * slice, slice, tmp);
+          } else if (z.data) {
             storeFloats(z, o * slice, slice, out);
+          }
           continue;
         }
         switch (op) {

@@ -100,6 +100,16 @@ TEST(SoftmaxRows, Avx512RowsAreTheRowLoopsBits) {
     ASSERT_TRUE(softmaxGradRowsAvx512(dyBf16.data(), true, want.data(), gotDx.data(), rows, n));
     EXPECT_TRUE(sameBits(gotDx.data(), wantDx.data(), gotDx.size() * 4))
         << "SoftmaxGrad with bf16 dY, n = " << n;
+    // The scaled cast after it, bf16(dX / 8), with dX not written.
+    std::vector<float> scaled(x.size());
+    for (size_t i = 0; i < scaled.size(); ++i)
+      scaled[i] = wantDx[i] / 8.0f;
+    std::vector<uint16_t> wantZ(x.size()), gotZ(x.size());
+    fromFloat(ampc::plan::BF16, scaled.data(), wantZ.data(), static_cast<int64_t>(x.size()));
+    ASSERT_TRUE(softmaxGradRowsAvx512(dyBf16.data(), true, want.data(), nullptr, rows, n,
+                                      gotZ.data(), 8.0f));
+    EXPECT_TRUE(sameBits(gotZ.data(), wantZ.data(), gotZ.size() * 2))
+        << "SoftmaxGrad's scaled cast, n = " << n;
   }
 }
 

@@ -83,13 +83,10 @@ bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, i
 /// Step `t` is an ampc.Fused program bf16(in0 / in1), the Div in fp32, in1
 /// an fp32 scalar: its id in `divisor`.
 bool isDivThenCastToBf16Step(const plan::Plan &p, const plan::Step &t, int &divisor) {
-  if (t.op() != "ampc.Fused" || t.inputs_size() != 2 || t.outputs_size() != 1)
+  const plan::FusedProgram *f = twoInstructionProgram(t);
+  if (!f)
     return false;
-  const plan::FusedProgram &f = t.fused();
-  if (f.num_inputs() != 2 || f.instructions_size() != 2 || f.results_size() != 1 ||
-      f.results(0) != 3)
-    return false;
-  const plan::Instruction &div = f.instructions(0), &cast = f.instructions(1);
+  const plan::Instruction &div = f->instructions(0), &cast = f->instructions(1);
   if (div.op() != "Div" || div.args_size() != 2 || div.args(0) != 0 || div.args(1) != 1 ||
       div.type() != plan::F32 || div.attrs_size() != 0 || cast.op() != "Cast" ||
       cast.args_size() != 1 || cast.args(0) != 2 || cast.type() != plan::BF16)

@@ -129,14 +129,21 @@ bool isCastStep(const plan::Step &t, plan::ElemType to) {
 
 bool isCastToBf16Step(const plan::Step &t) { return isCastStep(t, plan::BF16); }
 
-bool isAddReluStep(const plan::Step &t) {
+const plan::FusedProgram *twoInstructionProgram(const plan::Step &t) {
   if (t.op() != "ampc.Fused" || t.inputs_size() != 2 || t.outputs_size() != 1)
-    return false;
+    return nullptr;
   const plan::FusedProgram &f = t.fused();
   if (f.num_inputs() != 2 || f.instructions_size() != 2 || f.results_size() != 1 ||
       f.results(0) != 3)
+    return nullptr;
+  return &f;
+}
+
+bool isAddReluStep(const plan::Step &t) {
+  const plan::FusedProgram *f = twoInstructionProgram(t);
+  if (!f)
     return false;
-  const plan::Instruction &add = f.instructions(0), &relu = f.instructions(1);
+  const plan::Instruction &add = f->instructions(0), &relu = f->instructions(1);
   return add.op() == "Add" && add.args_size() == 2 && add.attrs_size() == 0 &&
          ((add.args(0) == 0 && add.args(1) == 1) || (add.args(0) == 1 && add.args(1) == 0)) &&
          relu.op() == "Relu" && relu.args_size() == 1 && relu.args(0) == 2 &&

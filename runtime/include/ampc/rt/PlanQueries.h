@@ -51,6 +51,11 @@ bool isReluStep(const plan::Step &t);
 bool isCastStep(const plan::Step &t, plan::ElemType to);
 bool isCastToBf16Step(const plan::Step &t);
 
+/// Step `t`'s program when it is an ampc.Fused step of two inputs and one
+/// output computing two instructions, the second one's value the result;
+/// nullptr otherwise.
+const plan::FusedProgram *twoInstructionProgram(const plan::Step &t);
+
 /// Step `t` is an ampc.Fused program computing Relu(in0 + in1) into its one
 /// output, both instructions in the output's type (each rounded to it, as
 /// the unfused Add and Relu would be).

@@ -866,8 +866,7 @@ private:
           isViewTensor(y))
         continue;
       const plan::Step &r = prog.steps(reader[y]);
-      if ((r.op() == "ampc.LayerNormalizationGrad" || r.op() == "ampc.SoftmaxGrad") &&
-          r.inputs(0) == y)
+      if (rt::readsInput0AsAnyFloat(r) && r.inputs(0) == y)
         end[rootOf(x)] = std::max(end[rootOf(x)], reader[y] + 1);
     }
   }

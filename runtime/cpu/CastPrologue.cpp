@@ -15,12 +15,6 @@ namespace {
 
 bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
 
-/// The kernels that read input 0 through rowIn (any float type, widened
-/// exactly), so that a bf16 operand gives them the Cast's values.
-bool readsRowsOfAnyFloat(const plan::Step &step) {
-  return step.op() == "ampc.LayerNormalizationGrad" || step.op() == "ampc.SoftmaxGrad";
-}
-
 /// Whether step `s` writes a byte of tensor `x`.
 bool writes(const plan::Plan &p, const plan::Step &s, int x) {
   for (int out : s.outputs())
@@ -32,7 +26,7 @@ bool writes(const plan::Plan &p, const plan::Step &s, int x) {
 /// The prologue of step `r`, or none.
 CastPrologue prologueOf(const plan::Plan &p, const plan::Program &prog, int r) {
   const plan::Step &reader = prog.steps(r);
-  if (!readsRowsOfAnyFloat(reader) || reader.inputs_size() < 1 || !validId(p, reader.inputs(0)))
+  if (!readsInput0AsAnyFloat(reader) || reader.inputs_size() < 1 || !validId(p, reader.inputs(0)))
     return {};
   int y = reader.inputs(0);
   int c = r - 1; // the step that writes Y

@@ -94,12 +94,14 @@ bool convShape(const StepContext &ctx, const TensorArg &x, const TensorArg &w,
 
 /// Whether an fp32 convolution runs as Winograd F(4x4, 3x3) (oneDNN's
 /// jit_wino_4x3) instead of directly: 2-D, 3x3, stride 1, no dilation, one
-/// group, at least `minChannels` channels in and out (32; 16 for the weights'
-/// gradient), and AMPC_CPU_CONV_WINOGRAD is not "off". Measured (oneDNN 2.6, AVX-512, batch 64, 2
-/// threads, forward / backward data / backward weights): 32 channels on 16x16 0.70 / 0.71 / 0.72 ms
-/// directly, 0.52 / 0.52 / 0.58 as Winograd; 64 on 8x8 0.67 / 0.70 / 0.78 against 0.41 / 0.41 /
-/// 0.53; 16 on 32x32 slower as Winograd (1.09 against 0.90 ms forward, 1.08 against 0.83 backward
-/// data, but 0.78 against 0.89 backward weights). The transforms cost accuracy: its error, measured
+/// group, at least `minChannels` channels in and out (32; 16 for the
+/// weights' gradient), and AMPC_CPU_CONV_WINOGRAD is not "off". Measured
+/// (oneDNN 2.6, AVX-512, batch 64, 2 threads, forward / backward data /
+/// backward weights): 32 channels on 16x16 0.70 / 0.71 / 0.72 ms directly,
+/// 0.52 / 0.52 / 0.58 as Winograd; 64 on 8x8 0.67 / 0.70 / 0.78 against
+/// 0.41 / 0.41 / 0.53; 16 on 32x32 slower as Winograd (1.09 against 0.90 ms
+/// forward, 1.08 against 0.83 backward data) but for the weights' gradient
+/// (0.78 against 0.89). The transforms cost accuracy: its error, measured
 /// against double math, is at most about 1e-6 of sum |x||w| (direct: 3e-7);
 /// CpuKernel.ConvWinogradErrorBound holds it to 2^-18 of that sum, which is
 /// within the worst case of a direct fp32 sum of 9C products (9C * 2^-24).

@@ -572,21 +572,20 @@ private:
                                                   std::move(after));
       out.kernels.push_back(std::move(k));
     }
-    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
+    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT")) {
       std::fprintf(stderr,
                    "cpu epilogues: program '%s': %d fused steps write the column sums of the "
                    "ReduceSum after them, %d of them instead of the summed result\n",
                    prog.name().c_str(), sumsFused, sumsOnly);
-    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
       std::fprintf(stderr,
                    "cpu epilogues: program '%s': %d BatchNormalizationGrad steps read the batch "
                    "statistics of their forward step\n",
                    prog.name().c_str(), statsReused);
-    if (std::getenv("AMPC_CPU_EPILOGUE_REPORT"))
       std::fprintf(stderr,
                    "cpu epilogues: program '%s': %d steps read the bf16 tensor that a Cast "
                    "before them widens, instead of its result\n",
                    prog.name().c_str(), castsTaken);
+    }
     scheduleFinishes(prog, out);
     for (const plan::StateUpdate &u : prog.updates())
       if (ptr_[u.state()] != ptr_[u.updated()])

@@ -58,10 +58,9 @@ inline AMPC_ROW_INLINE const float *rowAsFloats(const TensorArg &t, int64_t begi
                                                 float *buf) {
   if (t.type != plan::BF16)
     return rowIn(t, begin, n, buf);
-  const uint16_t *p = static_cast<const uint16_t *>(t.data) + begin;
-  uint32_t *bits = reinterpret_cast<uint32_t *>(buf);
+  Bf16Row row{static_cast<const uint16_t *>(t.data) + begin};
   for (int64_t i = 0; i < n; ++i)
-    bits[i] = static_cast<uint32_t>(p[i]) << 16;
+    buf[i] = row[i];
   return buf;
 }
 

@@ -129,6 +129,10 @@ bool isCastStep(const plan::Step &t, plan::ElemType to) {
 
 bool isCastToBf16Step(const plan::Step &t) { return isCastStep(t, plan::BF16); }
 
+bool readsInput0AsAnyFloat(const plan::Step &t) {
+  return t.op() == "ampc.LayerNormalizationGrad" || t.op() == "ampc.SoftmaxGrad";
+}
+
 const plan::FusedProgram *twoInstructionProgram(const plan::Step &t) {
   if (t.op() != "ampc.Fused" || t.inputs_size() != 2 || t.outputs_size() != 1)
     return nullptr;

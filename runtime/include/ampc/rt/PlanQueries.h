@@ -49,6 +49,13 @@ bool isReluStep(const plan::Step &t);
 /// Step `t` is an ampc.Fused program of one instruction, a Cast of its one
 /// input to type `to` (bf16 for isCastToBf16Step), into its one output.
 bool isCastStep(const plan::Step &t, plan::ElemType to);
+
+/// Step `t` is one whose CPU kernel reads its input 0 (dY) as rows of any
+/// float type, widened exactly (LayerNormalizationGrad, SoftmaxGrad): it may
+/// be given the bf16 operand of the Cast that widens its dY instead
+/// (runtime/cpu/CastPrologue.h), and the lowering keeps that operand alive
+/// for it.
+bool readsInput0AsAnyFloat(const plan::Step &t);
 bool isCastToBf16Step(const plan::Step &t);
 
 /// Step `t`'s program when it is an ampc.Fused step of two inputs and one

@@ -250,8 +250,8 @@ public:
     // (28.0 -> 26.6 ms).
     // Winograd runs on the whole batch: its weight transform is per call
     // (in chunks of 8 images, 32 channels on 16x16: 2.1 ms a chunk).
-    alg_ = useWinograd(whole, cdt, y_.type) ? dnnl::algorithm::convolution_winograd
-                                            : dnnl::algorithm::convolution_direct;
+    alg_ = !directOnly_ && useWinograd(whole, cdt, y_.type) ? dnnl::algorithm::convolution_winograd
+                                                            : dnnl::algorithm::convolution_direct;
     ConvShape s = whole;
     s.N = viaF32_ || cdt != dt::f32 || alg_ == dnnl::algorithm::convolution_winograd
               ? whole.N
@@ -302,8 +302,10 @@ public:
       };
       auto pd = makePd(bMd);
       if (!pd && alg_ == dnnl::algorithm::convolution_winograd) {
-        alg_ = dnnl::algorithm::convolution_direct; // not for these pads or this CPU
-        pd = makePd(bMd);
+        // Not for these pads or this CPU: prepared again as a direct
+        // convolution, in chunks of images (nothing is bound yet).
+        directOnly_ = true;
+        return prepare(whole, error);
       }
       if (channelsLast && (!pd || std::string(pd.impl_info_str()).rfind("brgconv", 0) != 0)) {
         xAny = anyDesc(s.xDims());
@@ -368,6 +370,7 @@ public:
 private:
   TensorArg x_, w_, b_, y_;
   dnnl::algorithm alg_ = dnnl::algorithm::convolution_direct;
+  bool directOnly_ = false;
   DnnlCall call_;
   int64_t chunks_ = 1;
   size_t weightsBefore_ = 0;

@@ -458,6 +458,9 @@ const std::vector<ConvCase> kConvCases = {
     // 3x3, stride 1, 32 channels and more: Winograd in fp32 (useWinograd).
     {"[2,32,6,6]", "[32,32,3,3]", "[2,32,6,6]", "pads = [1,1,1,1]"},
     {"[3,32,7,5]", "[48,32,3,3]", "[3,48,5,3]", "strides = [1,1]"},
+    // Pads of 2, which oneDNN's Winograd does not take: prepared again as a
+    // direct convolution (ConvForward::prepare), batch in chunks of 5.
+    {"[10,32,6,6]", "[32,32,3,3]", "[10,32,8,8]", "pads = [2,2,2,2]"},
     // Batches the forward pass splits into chunks of images (5 and 6).
     {"[10,3,6,6]", "[8,3,3,3]", "[10,8,6,6]", "pads = [1,1,1,1]"},
     {"[12,16,5,5]", "[16,16,3,3]", "[12,16,5,5]", "pads = [1,1,1,1]"},

@@ -9,7 +9,12 @@
 //     through a oneDNN matmul of the same shape, transposes and element
 //     type, warm (best of several runs), summed over the steps;
 //   - the machine's peak: the best of 1024^3 and 2048^3 oneDNN GEMMs in fp32
-//     and in bf16, in GFLOP/s, so that FLOPs / peak bounds a step from below.
+//     and in bf16, in GFLOP/s, so that FLOPs / peak bounds a step from below;
+//   - the speed of light, independent of any library: the fp32 FLOP/s of
+//     FMA instructions with no memory operand on every thread, which no fp32
+//     GEMM can beat (a large oneDNN GEMM reaches about three quarters of it
+//     here), and the bytes the AdamW steps read and write, the optimizer's
+//     traffic through memory.
 // bf16 steps are timed the way the CPU backend runs them: natively, or on
 // fp32 copies where the CPU has no faster bf16 path (nativeBf16Compute).
 //
@@ -35,6 +40,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <immintrin.h>
 #include <string>
 #include <vector>
 
@@ -167,6 +173,86 @@ double convMacs(const std::vector<int64_t> &y, const std::vector<int64_t> &w) {
   return static_cast<double>(product(y)) * static_cast<double>(product(w, 1));
 }
 
+//===----------------------------------------------------------------------===//
+// Speed of light: what the cores and the memory allow, with no library.
+//===----------------------------------------------------------------------===//
+
+/// 16 independent chains of AVX-512 FMAs (latency 4, two ports: 8 hide it),
+/// `iters` rounds; returns a value that depends on all of them.
+__attribute__((target("avx512f"))) float fmaChainsAvx512(int64_t iters) {
+  __m512 acc[16];
+  for (int k = 0; k < 16; ++k)
+    acc[k] = _mm512_set1_ps(1.0f + k * 1e-3f);
+  const __m512 mul = _mm512_set1_ps(0.9999999f), add = _mm512_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < 16; ++k)
+      acc[k] = _mm512_fmadd_ps(acc[k], mul, add);
+  __m512 sum = acc[0];
+  for (int k = 1; k < 16; ++k)
+    sum = _mm512_add_ps(sum, acc[k]);
+  return _mm512_reduce_add_ps(sum);
+}
+
+/// The same with AVX2 FMAs (8 lanes, 12 chains) where there is no AVX-512.
+__attribute__((target("avx2,fma"))) float fmaChainsAvx2(int64_t iters) {
+  __m256 acc[12];
+  for (int k = 0; k < 12; ++k)
+    acc[k] = _mm256_set1_ps(1.0f + k * 1e-3f);
+  const __m256 mul = _mm256_set1_ps(0.9999999f), add = _mm256_set1_ps(1e-7f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (int k = 0; k < 12; ++k)
+      acc[k] = _mm256_fmadd_ps(acc[k], mul, add);
+  float out[8];
+  __m256 sum = acc[0];
+  for (int k = 1; k < 12; ++k)
+    sum = _mm256_add_ps(sum, acc[k]);
+  _mm256_storeu_ps(out, sum);
+  return out[0] + out[7];
+}
+
+/// fp32 GFLOP/s of FMAs on every thread, best of 5 runs of about 30 ms; 0
+/// on a CPU with neither AVX-512 nor AVX2 and FMA.
+double fmaPeakGflops() {
+  bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+    return 0;
+  const double flopsPerIter = avx512 ? 16 * 16 * 2 : 12 * 8 * 2;
+  const int64_t iters = 10'000'000;
+  double best = 0;
+  volatile float sink = 0;
+  for (int run = 0; run < 5; ++run) {
+    int threads = 1;
+    auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel
+    {
+#pragma omp single
+      threads = omp_get_num_threads();
+      float r = avx512 ? fmaChainsAvx512(iters) : fmaChainsAvx2(iters);
+#pragma omp atomic
+      sink += r;
+    }
+    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, threads * iters * flopsPerIter / t / 1e9);
+  }
+  return best;
+}
+
+/// Bytes the AdamW steps of `prog` read (every tensor operand once) and
+/// write (every result once: an update in place still writes its state).
+void optimizerBytes(const plan::Plan &p, const plan::Program &prog, size_t &read, size_t &written) {
+  read = written = 0;
+  for (const plan::Step &s : prog.steps()) {
+    if (s.op() != "ampc.AdamW")
+      continue;
+    for (int id : s.inputs())
+      if (id >= 0)
+        read += rt::planTensorBytes(p.tensors(id));
+    for (int id : s.outputs())
+      if (id >= 0)
+        written += rt::planTensorBytes(p.tensors(id));
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -241,13 +327,17 @@ int main(int argc, char **argv) {
   };
   double peakF32 = peak(memory::data_type::f32);
   double peakBF16 = peak(memory::data_type::bf16);
+  size_t optRead = 0, optWritten = 0;
+  optimizerBytes(p, *step, optRead, optWritten);
+  double fmaPeak = fmaPeakGflops();
   if (cold)
     std::fprintf(stderr, "GEMM ceiling, caches flushed before each run (median): %.3f ms\n",
                  coldCeiling * 1e3);
   std::printf("{\"gemm_steps\": %d, \"conv_steps\": %d, \"gemm_gflop\": %.4f, "
               "\"conv_gflop\": %.4f, \"gemm_ceiling_ms\": %.3f, \"peak_gflops_f32\": %.1f, "
-              "\"peak_gflops_bf16\": %.1f, \"bf16_native\": %s}\n",
+              "\"peak_gflops_bf16\": %.1f, \"bf16_native\": %s, \"fma_peak_gflops_f32\": %.1f, "
+              "\"optimizer_bytes\": %zu}\n",
               gemms, convs, gemmFlops / 1e9, convFlops / 1e9, ceiling * 1e3, peakF32, peakBF16,
-              rt::cpu::nativeBf16Compute() ? "true" : "false");
+              rt::cpu::nativeBf16Compute() ? "true" : "false", fmaPeak, optRead + optWritten);
   return 0;
 }

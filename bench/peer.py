@@ -120,18 +120,22 @@ def ceiling(bin_dir, plan, threads):
 def print_bounds(rows):
     """What the hardware allows: the step's GEMMs alone, at the speed oneDNN runs each of
     them in isolation (the GEMM ceiling), and its GEMM and convolution FLOPs at the best
-    rate of a large oneDNN GEMM (the peak), against the goal of 0.7x the best torch."""
+    rate of a large oneDNN GEMM (the peak) and, for fp32, at the rate of FMA instructions
+    alone (which no fp32 GEMM beats), against the goal of 0.7x the best torch."""
     # The peak: the best of every measurement of the run (a noisy machine only
     # ever makes a measurement slower).
-    peaks = {k: max(r["c"][k] for r in rows) for k in ("peak_gflops_f32", "peak_gflops_bf16")}
+    peaks = {k: max(r["c"][k] for r in rows)
+             for k in ("peak_gflops_f32", "peak_gflops_bf16", "fma_peak_gflops_f32")}
     native_bf16 = rows[0]["c"]["bf16_native"]
     print("\nGEMM and convolution work against this machine (oneDNN peak: %.0f GFLOP/s fp32, "
-          "%.0f GFLOP/s bf16 native; bf16 steps run %s):\n" %
-          (peaks["peak_gflops_f32"], peaks["peak_gflops_bf16"],
+          "%.0f GFLOP/s bf16 native; fp32 FMA instructions alone: %.0f GFLOP/s; bf16 steps "
+          "run %s):\n" %
+          (peaks["peak_gflops_f32"], peaks["peak_gflops_bf16"], peaks["fma_peak_gflops_f32"],
            "natively" if native_bf16 else "on fp32 copies"))
-    print("| model | precision | GEMM + conv GFLOP | at peak ms | GEMM ceiling ms | "
-          "0.7 x best torch ms | left for the rest ms | ampc in oneDNN | ampc / bound |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | precision | GEMM + conv GFLOP | at peak ms | fp32 at FMA peak ms | "
+          "GEMM ceiling ms | AdamW MB | 0.7 x best torch ms | left for the rest ms | "
+          "ampc in oneDNN | ampc / bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         c = r["c"]
         native = r["precision"] == "bf16" and c["bf16_native"]
@@ -141,9 +145,11 @@ def print_bounds(rows):
         # A step is no faster than its GEMMs alone plus its convolutions at peak.
         bound = c["gemm_ceiling_ms"] + c["conv_gflop"] / peak * 1e3
         goal = 0.7 * r["best"] * 1e3
-        print("| %s | %s | %.2f | %.1f | %.1f | %.1f | %.1f | %.0f%% | %.2f |" %
-              (r["model"], r["precision"], gflop, at_peak, c["gemm_ceiling_ms"], goal,
-               goal - bound, 100 * r["share"], r["ampc"] * 1e3 / bound))
+        # No fp32 GEMM beats the FMA instructions alone (bf16 runs on other units).
+        at_fma = "-" if native else "%.1f" % (gflop / peaks["fma_peak_gflops_f32"] * 1e3)
+        print("| %s | %s | %.2f | %.1f | %s | %.1f | %.0f | %.1f | %.1f | %.0f%% | %.2f |" %
+              (r["model"], r["precision"], gflop, at_peak, at_fma, c["gemm_ceiling_ms"],
+               c["optimizer_bytes"] / 1e6, goal, goal - bound, 100 * r["share"], r["ampc"] * 1e3 / bound))
 
 
 def main():

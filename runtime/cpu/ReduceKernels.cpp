@@ -235,6 +235,54 @@ void reduceTile(float *acc, const TensorArg &x, int64_t base, const int64_t *rof
   }
 }
 
+/// Blocks of kColumnSumBlockRows reduced positions in a shape B reduction
+/// that adds, when there is more than one and their partial column sums fit
+/// in kMaxColumnPartials floats; 0 otherwise.
+constexpr int64_t kMaxColumnPartials = int64_t(1) << 20;
+template <Red R> int64_t columnBlocks(const ReducePlan &p) {
+  int64_t count = static_cast<int64_t>(p.roffs.size());
+  if (!kAdds<R> || !p.innerKept || count <= kColumnSumBlockRows)
+    return 0;
+  int64_t blocks = (count + kColumnSumBlockRows - 1) / kColumnSumBlockRows;
+  return p.rows * blocks * p.inner <= kMaxColumnPartials ? blocks : 0;
+}
+
+/// Shape B with `blocks` blocks (columnBlocks): every block's column sums in
+/// parallel (a column tile's rows are few when the columns are: 1152 columns
+/// made five tiles, three for one thread and two for the other), then each
+/// column adds its blocks in order, as reduceTile does: the same bits.
+template <Red R>
+void reduceColumnBlocks(ThreadPool &pool, const ReducePlan &p, const TensorArg &x,
+                        const TensorArg &y, float *scratch, int64_t perRange, int64_t blocks,
+                        float *partials) {
+  int64_t tiles = (p.inner + kTile - 1) / kTile;
+  pool.parallelFor(p.rows * blocks * tiles, 1, [&](int64_t w0, int64_t w1, int range) {
+    float *buf = scratch + range * perRange;
+    for (int64_t w = w0; w < w1; ++w) {
+      int64_t t = w % tiles, b = w / tiles % blocks, r = w / tiles / blocks;
+      int64_t c0 = t * kTile, n = std::min(kTile, p.inner - c0);
+      int64_t k0 = b * kColumnSumBlockRows;
+      int64_t k = std::min(kColumnSumBlockRows, static_cast<int64_t>(p.roffs.size()) - k0);
+      reduceTile<R>(partials + (r * blocks + b) * p.inner + c0, x, p.baseOf(r) + c0,
+                    p.roffs.data() + k0, k, n, buf, nullptr);
+    }
+  });
+  pool.parallelFor(p.rows * tiles, 1, [&](int64_t w0, int64_t w1, int range) {
+    float *acc = scratch + range * perRange + kTile;
+    for (int64_t w = w0; w < w1; ++w) {
+      int64_t r = w / tiles, c0 = (w % tiles) * kTile, n = std::min(kTile, p.inner - c0);
+      const float *block = partials + r * blocks * p.inner + c0;
+      std::copy(block, block + n, acc);
+      for (int64_t b = 1; b < blocks; ++b)
+        for (int64_t i = 0; i < n; ++i)
+          acc[i] += block[b * p.inner + i];
+      for (int64_t i = 0; i < n; ++i)
+        acc[i] = Op<R>::finish(acc[i], p.count, 0.0f);
+      storeFloats(y, r * p.inner + c0, n, acc);
+    }
+  });
+}
+
 /// The fp32 reduction; `shift` (LogSumExp) holds each result's maximum.
 template <Red R>
 void reduceFloat(ThreadPool &pool, const ReducePlan &p, const TensorArg &x, const TensorArg &y,
@@ -400,12 +448,19 @@ std::unique_ptr<Kernel> createReduce(const StepContext &ctx, std::string &error,
   int64_t perRange = (p.innerKept ? 3 * kTile : std::max<int64_t>(p.inner, 512)) + 64;
   size_t offRange = layout.add<float>(perRange * pool.size());
   size_t offShift = layout.add<float>(red == Red::LogSumExp ? y.numel : 0);
+  // The column blocks' partial sums (any adding reduction has Sum's blocks).
+  int64_t blocks = columnBlocks<Red::Sum>(p);
+  size_t offPartials = layout.add<float>(blocks * p.rows * p.inner);
   scratch->reserve(layout.size());
 #define AMPC_REDUCE(R)                                                                             \
   case R:                                                                                          \
-    return std::make_unique<LambdaKernel>([=, &pool] {                                            \
-      reduceFloat<R>(pool, p, x, y, at<float>(scratch->data(), offRange), perRange, nullptr,       \
-                     nullptr);                                                                     \
+    return std::make_unique<LambdaKernel>([=, &pool] {                                             \
+      float *buf = at<float>(scratch->data(), offRange);                                           \
+      if (int64_t n = columnBlocks<R>(p); n > 0)                                                   \
+        reduceColumnBlocks<R>(pool, p, x, y, buf, perRange, n,                                     \
+                              at<float>(scratch->data(), offPartials));                            \
+      else                                                                                         \
+        reduceFloat<R>(pool, p, x, y, buf, perRange, nullptr, nullptr);                            \
     });
   switch (red) {
     AMPC_REDUCE(Red::Sum)

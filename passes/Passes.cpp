@@ -25,6 +25,7 @@ void registerAllPasses() {
     registerRematerializePass();
     registerCastCachePass();
     registerSplitMatMulTransposesPass();
+    registerFoldMatMulBiasPass();
   });
 }
 

@@ -83,7 +83,8 @@ cl::opt<bool> train(
     cl::desc("Build the whole training step: canonicalize, decompose, autocast (with "
              "--precision=fp16|bf16), "
              "autodiff, accumulate (with --accumulate=N), loss-scale, optimizer, canonicalize, "
-             "cast-cache (fp16/bf16, unless --no-cast-cache), remat, split-matmul-transposes. "
+             "cast-cache (fp16/bf16, unless --no-cast-cache), remat, split-matmul-transposes, "
+             "fold-matmul-bias. "
              "--loss-scale=..., --optimizer=... and --accumulate=... then set those stages"),
     cl::cat(kGeneral));
 
@@ -281,7 +282,9 @@ llvm::Error buildTrainPipeline(PassManager &pm,
       return err;
   if (auto err = add("remat", stageOptions["remat"]))
     return err;
-  return add("split-matmul-transposes", "");
+  if (auto err = add("split-matmul-transposes", ""))
+    return err;
+  return add("fold-matmul-bias", "");
 }
 
 llvm::Error buildPipeline(PassManager &pm,
@@ -622,11 +625,14 @@ int ampOptMain(int argc, char **argv) {
   // no dead nodes): a plan of a pipeline that did not end in canonicalize,
   // such as --precision=bf16 --emit=plan, gets it. --train ends in remat,
   // which canonicalize's CSE would undo, after a canonicalize of its own.
-  // Both end in split-matmul-transposes, which canonicalize would undo.
+  // Both end in split-matmul-transposes and fold-matmul-bias, which
+  // canonicalize would undo or leave to do.
   if (emitsPlan() && !train) {
     if (auto err = pm.addPass("canonicalize", ""))
       return fail(std::move(err));
     if (auto err = pm.addPass("split-matmul-transposes", ""))
+      return fail(std::move(err));
+    if (auto err = pm.addPass("fold-matmul-bias", ""))
       return fail(std::move(err));
   }
   if (auto err = checkForwardedFlagsUsed(pm))

@@ -467,6 +467,31 @@ const std::vector<ConvCase> kConvCases = {
 };
 } // namespace
 
+/// fold-matmul-bias's premise in fp32: a Gemm adding a bias row gives the
+/// bits of the MatMul and then the Add (oneDNN adds the bias to the finished
+/// fp32 product), with a K long enough for oneDNN to block it.
+TEST(CpuKernel, GemmBiasIsMatMulThenAdd) {
+  auto g =
+      importModelText(header() + "g (float[96,384] x, float[200,384] w, float[200] b) => "
+                                 "(float[96,200] y1, float[96,200] y2) {\n"
+                                 "  y1 = Gemm <transB = 1> (x, w, b)\n"
+                                 "  wt = Transpose (w)\n  m = MatMul (x, wt)\n  y2 = Add (m, b)\n}",
+                      "gemmbias");
+  ASSERT_TRUE(static_cast<bool>(g)) << llvm::toString(g.takeError());
+  std::mt19937_64 rng(5);
+  std::map<std::string, Tensor> feeds;
+  for (const Value *v : (*g)->inputs())
+    feeds[v->name()] = uniform(v->type(), rng);
+  auto p = lowerToPlan(**g, LowerOptions{});
+  ASSERT_TRUE(static_cast<bool>(p)) << llvm::toString(p.takeError());
+  for (int threads : {1, 2}) {
+    bool same = true;
+    RunResult r = runOnCpu(*p, feeds, {"y1", "y2"}, threads, 1, same);
+    ASSERT_TRUE(r.ok);
+    EXPECT_TRUE(r.outputs[0].bytes == r.outputs[1].bytes) << threads << " threads";
+  }
+}
+
 TEST(CpuKernel, Conv) {
   for (const ConvCase &c : kConvCases) {
     std::string a = c.attrs;

@@ -183,7 +183,8 @@ TEST_P(PlanVsInterpreter, ThreeTrainingSteps) {
   // The --train pipeline: recomputed values and cached casts included.
   std::string pipeline = "canonicalize,decompose," + autocast +
                          "autodiff,loss-scale,optimizer{optimizer=adamw lr=0.01},canonicalize," +
-                         (autocast.empty() ? "" : "cast-cache,") + "remat,split-matmul-transposes";
+                         (autocast.empty() ? "" : "cast-cache,") +
+                         "remat,split-matmul-transposes,fold-matmul-bias";
   StepRunner oracle;
   ASSERT_TRUE(oracle.compile(caseModel(c), pipeline));
   const Graph &g = oracle.graph();

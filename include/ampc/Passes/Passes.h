@@ -31,6 +31,7 @@ void registerAutodiffPass();
 void registerAutocastPass();
 // Layout of the copies around MatMuls, before lowering.
 void registerSplitMatMulTransposesPass();
+void registerFoldMatMulBiasPass();
 
 /// Evaluates nodes whose operands are all constants (and Shape/Size of any
 /// static value) with the reference interpreter, replacing their results by
@@ -49,5 +50,9 @@ llvm::Error canonicalize(Graph &g);
 /// keeps rows and a swap of the last two axes (which the lowering folds
 /// into the MatMul). Returns whether anything changed.
 bool splitMatMulTransposes(Graph &g);
+/// Makes each MatMul read only by an Add of a bias vector of its type, whose
+/// sum only data movement reads, one Gemm with the bias as C (on x's rows,
+/// through Reshapes). Returns whether anything changed.
+bool foldMatMulBias(Graph &g);
 
 } // namespace ampc

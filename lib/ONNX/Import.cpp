@@ -503,6 +503,19 @@ llvm::Error checkTransposePerm(const Node &n) {
                    std::to_string(rank));
 }
 
+/// Reshape's shape must hold its operand's elements: ONNX 1.12's inference
+/// takes the shape operand as given, and the result, a view, would then
+/// claim memory the operand does not have (found by ampc-fuzz-onnxtxt).
+llvm::Error checkReshapeCount(const Node &n) {
+  if (!n.is("Reshape") || !n.input(0) || !n.output(0))
+    return llvm::Error::success();
+  const Shape &in = n.input(0)->shape(), &out = n.output(0)->shape();
+  if (numElements(in) == numElements(out))
+    return llvm::Error::success();
+  return makeError("shape " + shapeStr(out) + " does not hold the " +
+                   std::to_string(numElements(in)) + " elements of " + shapeStr(in));
+}
+
 /// `axis` and `axes` attributes within [-r-1, r] of the first operand's rank r
 /// (the widest any operator allows): ONNX 1.12's inference of some
 /// operators' extra outputs indexed with an axis of 2^63 - 1 and crashed
@@ -688,7 +701,7 @@ llvm::Error fillGraph(const onnx::ModelProto &model, TakenValues &taken,
     }
     // What ONNX 1.12's checker and inference leave unchecked.
     for (auto check : {checkGemmShapes, checkLossReduction, checkGatherElementsShapes,
-                       checkTransposePerm, checkAxisRange})
+                       checkTransposePerm, checkReshapeCount, checkAxisRange})
       if (auto err = check(*n))
         return withContext(std::move(err), nodeLabel(np));
     for (unsigned i = 0; i < n->numOutputs(); ++i)

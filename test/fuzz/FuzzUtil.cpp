@@ -21,9 +21,10 @@ void compileForTraining(Graph &g, Precision precision) {
   std::string autocast = precision == Precision::BF16   ? "autocast{dtype=bf16},"
                          : precision == Precision::FP16 ? "autocast{dtype=fp16},"
                                                         : "";
-  if (auto err = pm.addPipeline("canonicalize,decompose," + autocast +
-                                "autodiff,loss-scale,optimizer{adamw},canonicalize,remat,split-"
-                                "matmul-transposes,fold-matmul-bias")) {
+  const std::string passes = "canonicalize,decompose," + autocast +
+                             "autodiff,loss-scale,optimizer{adamw},canonicalize,remat,"
+                             "split-matmul-transposes,fold-matmul-bias";
+  if (auto err = pm.addPipeline(passes)) {
     llvm::consumeError(std::move(err));
     return;
   }

@@ -146,7 +146,8 @@ def print_bounds(rows):
         bound = c["gemm_ceiling_ms"] + c["conv_gflop"] / peak * 1e3
         goal = 0.7 * r["best"] * 1e3
         # No fp32 GEMM beats the FMA instructions alone (bf16 runs on other units).
-        at_fma = "-" if native else "%.1f" % (gflop / peaks["fma_peak_gflops_f32"] * 1e3)
+        fma = peaks["fma_peak_gflops_f32"]
+        at_fma = "-" if native or not fma else "%.1f" % (gflop / fma * 1e3)
         print("| %s | %s | %.2f | %.1f | %s | %.1f | %.0f | %.1f | %.1f | %.0f%% | %.2f |" %
               (r["model"], r["precision"], gflop, at_peak, at_fma, c["gemm_ceiling_ms"],
                c["optimizer_bytes"] / 1e6, goal, goal - bound, 100 * r["share"], r["ampc"] * 1e3 / bound))

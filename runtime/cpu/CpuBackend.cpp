@@ -8,6 +8,7 @@
 #include "ColumnSumEpilogue.h"
 #include "Kernel.h"
 #include "NormEpilogue.h"
+#include "TransposedResult.h"
 
 #include "ampc/rt/PlanFile.h"
 #include "ampc/rt/PlanQueries.h"
@@ -455,6 +456,17 @@ private:
     return e;
   }
 
+  /// The MatMuls that write the Transpose of their result
+  /// (TransposedResult.h), where neither result is kept in channel blocks.
+  std::vector<TransposedResult> transposedResultsOf(const plan::Program &prog) const {
+    std::vector<TransposedResult> e = transposedResults(plan_, prog);
+    for (int s = 0; s < prog.steps_size(); ++s)
+      if (e[s].transposeStep >= 0 && (blocked_[prog.steps(s).outputs(0)] ||
+                                      blocked_[prog.steps(e[s].transposeStep).outputs(0)]))
+        e[s] = TransposedResult();
+    return e;
+  }
+
   /// Operand `id` as the Relu step after a normalization binds it: as
   /// stored, in channel blocks or not (epiloguesOf checked they agree).
   TensorArg epilogueArg(int id) const {
@@ -503,6 +515,9 @@ private:
         stats[f] = std::make_shared<std::vector<float>>(2 * static_cast<size_t>(x.shape(1)));
       ++statsReused;
     }
+    std::vector<TransposedResult> transposed = transposedResultsOf(prog);
+    std::vector<uint8_t> transposeTaken(prog.steps_size(), 0);
+    int transposesTaken = 0;
     std::vector<uint8_t> castTaken(prog.steps_size(), 0);
     for (const CastPrologue &e : prologues)
       if (e.source >= 0)
@@ -511,7 +526,7 @@ private:
     int sumsFused = 0, sumsOnly = 0, castsTaken = 0;
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
-      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken || castTaken[s]) {
+      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken || castTaken[s] || transposeTaken[s]) {
         // Done by the step before it, or a later step reads its operand.
         out.kernels.push_back(std::make_unique<LambdaKernel>([] {}));
         sumsTaken = false;
@@ -557,11 +572,21 @@ private:
         ctx.columnSums = arg(columnSums[s].sums);
         ctx.columnSumsOnly = columnSums[s].sumsOnly;
       }
+      bool transposedTaken = false;
+      if (transposed[s].transposeStep >= 0) {
+        ctx.transposedTaken = &transposedTaken;
+        ctx.transposed = arg(prog.steps(transposed[s].transposeStep).outputs(0));
+        ctx.transposedStrides = transposed[s].strides;
+      }
       std::string why;
       std::unique_ptr<Kernel> k = (*factory)(ctx, why);
       if (!k) {
         error = where + ": " + (why.empty() ? "unsupported operands" : why);
         return false;
+      }
+      if (transposedTaken) {
+        transposeTaken[transposed[s].transposeStep] = 1;
+        ++transposesTaken;
       }
       if (sumsTaken) {
         ++sumsFused;
@@ -585,6 +610,10 @@ private:
                    "cpu epilogues: program '%s': %d steps read the bf16 tensor that a Cast "
                    "before them widens, instead of its result\n",
                    prog.name().c_str(), castsTaken);
+      std::fprintf(stderr,
+                   "cpu epilogues: program '%s': %d MatMul steps write the Transpose of their "
+                   "result instead of it\n",
+                   prog.name().c_str(), transposesTaken);
     }
     scheduleFinishes(prog, out);
     for (const plan::StateUpdate &u : prog.updates())

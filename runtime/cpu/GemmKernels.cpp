@@ -66,6 +66,9 @@ public:
   plan::ElemType type = plan::F32;
   std::vector<int64_t> aDims, bDims, yDims; // oneDNN dims (batch..., rows, cols)
   std::vector<int64_t> aStrides, bStrides;
+  /// The result's strides when it is written through them (a transposed
+  /// result: TransposedResult.h); empty: dense.
+  std::vector<int64_t> yStrides;
   bool aTransposed = false; // aStrides exchange A's last two dims
   int64_t M = 0, N = 0, K = 0;
   // Gemm epilogue.
@@ -78,6 +81,7 @@ public:
   }
 
   bool prepare(std::string &error) {
+    call_ = DnnlCall(); // prepare may run again after a refusal (createMatMul)
     bool viaF32 = computeViaF32(type);
     dt cdt = dnnlComputeType(type);
     // The GEMM's destination: y itself unless fp16 storage or an epilogue on
@@ -99,7 +103,9 @@ public:
       if (copyA_)
         aMd = prepareCopyA(aMd, layout);
       dnnl::memory::desc bMd(toDims(bDims), cdt, toDims(bStrides));
-      dnnl::memory::desc yMd = plainDesc(yDims, dstInScratch_ ? dt::f32 : cdt);
+      dnnl::memory::desc yMd = yStrides.empty()
+                                   ? plainDesc(yDims, dstInScratch_ ? dt::f32 : cdt)
+                                   : dnnl::memory::desc(toDims(yDims), cdt, toDims(yStrides));
       dnnl::matmul::primitive_desc pd;
       dnnl::memory::desc biasMd;
       if (cAsBias) {
@@ -308,6 +314,21 @@ std::unique_ptr<Kernel> createMatMul(const StepContext &ctx, std::string &error)
   k->aStrides = strides(k->aDims, ta);
   k->bStrides = strides(k->bDims, tb);
   k->aTransposed = ta;
+  // Offered the Transpose's result: written through strides when the result
+  // keeps its own dims (no batch folded into the rows) and oneDNN writes
+  // the storage type directly.
+  if (ctx.transposedTaken && !computeViaF32(k->type) && k->yDims == ctx.outputs[0].shape &&
+      ctx.transposedStrides.size() == k->yDims.size()) {
+    k->y = ctx.transposed;
+    k->yStrides = ctx.transposedStrides;
+    std::string why;
+    if (k->prepare(why)) {
+      *ctx.transposedTaken = true;
+      return k;
+    }
+    k->y = ctx.outputs[0];
+    k->yStrides.clear();
+  }
   if (!k->prepare(error))
     return nullptr;
   return k;

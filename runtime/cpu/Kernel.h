@@ -160,6 +160,13 @@ struct StepContext {
   /// where it reads them instead of computing them again from X (the
   /// forward step of the same X ran before it: BatchStats.h). Null: neither.
   std::shared_ptr<std::vector<float>> batchStatsOut, batchStatsIn;
+  /// MatMul only: the result of the Transpose step that reads its result,
+  /// and the strides there of each axis of its result (TransposedResult.h),
+  /// offered to the kernel, which sets *transposedTaken when it writes into
+  /// `transposed` instead of output 0. Null: no offer.
+  bool *transposedTaken = nullptr;
+  TensorArg transposed;
+  std::vector<int64_t> transposedStrides;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;

@@ -8,6 +8,7 @@
 #include "ColumnSumEpilogue.h"
 #include "Kernel.h"
 #include "NormEpilogue.h"
+#include "SplitSource.h"
 #include "TransposedResult.h"
 
 #include "ampc/rt/PlanFile.h"
@@ -467,6 +468,21 @@ private:
     return e;
   }
 
+  /// The Transposes that gather their part from a Split's operand
+  /// (SplitSource.h), where neither is kept in channel blocks; a Split is
+  /// skipped only when every one of its results is gathered so.
+  std::vector<SplitSource> splitSourcesOf(const plan::Program &prog) const {
+    std::vector<SplitSource> e = splitSources(plan_, prog);
+    std::vector<char> refused(prog.steps_size(), 0);
+    for (int s = 0; s < prog.steps_size(); ++s)
+      if (e[s].source >= 0 && (blocked_[e[s].source] || blocked_[prog.steps(s).inputs(0)]))
+        refused[e[s].splitStep] = 1;
+    for (SplitSource &src : e)
+      if (src.source >= 0 && refused[src.splitStep])
+        src = SplitSource();
+    return e;
+  }
+
   /// Operand `id` as the Relu step after a normalization binds it: as
   /// stored, in channel blocks or not (epiloguesOf checked they agree).
   TensorArg epilogueArg(int id) const {
@@ -515,6 +531,14 @@ private:
         stats[f] = std::make_shared<std::vector<float>>(2 * static_cast<size_t>(x.shape(1)));
       ++statsReused;
     }
+    std::vector<SplitSource> splitSourced = splitSourcesOf(prog);
+    std::vector<uint8_t> splitSkipped(prog.steps_size(), 0);
+    int splitsSkipped = 0;
+    for (const SplitSource &src : splitSourced)
+      if (src.source >= 0 && !splitSkipped[src.splitStep]) {
+        splitSkipped[src.splitStep] = 1;
+        ++splitsSkipped;
+      }
     std::vector<TransposedResult> transposed = transposedResultsOf(prog);
     std::vector<uint8_t> transposeTaken(prog.steps_size(), 0);
     int transposesTaken = 0;
@@ -526,7 +550,8 @@ private:
     int sumsFused = 0, sumsOnly = 0, castsTaken = 0;
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &step = prog.steps(s);
-      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken || castTaken[s] || transposeTaken[s]) {
+      if ((s > 0 && epilogues[s - 1].fused) || sumsTaken || castTaken[s] || transposeTaken[s] ||
+          splitSkipped[s]) {
         // Done by the step before it, or a later step reads its operand.
         out.kernels.push_back(std::make_unique<LambdaKernel>([] {}));
         sumsTaken = false;
@@ -572,6 +597,11 @@ private:
         ctx.columnSums = arg(columnSums[s].sums);
         ctx.columnSumsOnly = columnSums[s].sumsOnly;
       }
+      if (splitSourced[s].source >= 0) {
+        ctx.gathered = arg(splitSourced[s].source);
+        ctx.gatheredOffset = splitSourced[s].offset;
+        ctx.gatheredStrides = splitSourced[s].strides;
+      }
       bool transposedTaken = false;
       if (transposed[s].transposeStep >= 0) {
         ctx.transposedTaken = &transposedTaken;
@@ -614,6 +644,10 @@ private:
                    "cpu epilogues: program '%s': %d MatMul steps write the Transpose of their "
                    "result instead of it\n",
                    prog.name().c_str(), transposesTaken);
+      std::fprintf(stderr,
+                   "cpu epilogues: program '%s': %d Split steps are skipped, their Transposes "
+                   "reading the Split's operand\n",
+                   prog.name().c_str(), splitsSkipped);
     }
     scheduleFinishes(prog, out);
     for (const plan::StateUpdate &u : prog.updates())

@@ -184,9 +184,14 @@ std::unique_ptr<Kernel> createTranspose(const StepContext &ctx, std::string &err
     error = "perm does not match the rank";
     return nullptr;
   }
-  std::vector<int64_t> xs = stridesOf(x.shape);
+  // Input 0 read in place of a Split's result from the Split's operand
+  // (SplitSource.h), or as stored.
+  bool gathered = ctx.gatheredStrides.size() == static_cast<size_t>(rank) && ctx.gathered.data &&
+                  ctx.gathered.type == x.type;
+  std::vector<int64_t> xs = gathered ? ctx.gatheredStrides : stridesOf(x.shape);
   StridedCopy sc;
   sc.es = elemBytes(x.type);
+  sc.base = gathered ? ctx.gatheredOffset : 0;
   for (int64_t d = 0; d < rank; ++d) {
     int64_t p = normalizeAxis(perm[d], rank);
     if (p < 0 || y.shape[d] != x.shape[p]) {
@@ -196,7 +201,7 @@ std::unique_ptr<Kernel> createTranspose(const StepContext &ctx, std::string &err
     sc.dims.push_back(y.shape[d]);
     sc.strides.push_back(xs[p]);
   }
-  return stridedKernel(ctx.pool, sc, x, y);
+  return stridedKernel(ctx.pool, sc, gathered ? ctx.gathered : x, y);
 }
 
 /// Strides (0 where broadcast) of `in` read as `out`'s shape.

@@ -167,6 +167,12 @@ struct StepContext {
   bool *transposedTaken = nullptr;
   TensorArg transposed;
   std::vector<int64_t> transposedStrides;
+  /// Transpose only: input 0's elements are read from `gathered`, starting
+  /// at element `gatheredOffset`, axis d of input 0 at stride
+  /// gatheredStrides[d] there (SplitSource.h). Empty strides: no source.
+  TensorArg gathered;
+  int64_t gatheredOffset = 0;
+  std::vector<int64_t> gatheredStrides;
 
   const plan::Attribute *attr(const std::string &name) const;
   int64_t attrInt(const std::string &name, int64_t dflt) const;

@@ -1,0 +1,124 @@
+//===- SplitSource.cpp - Transposes reading a Split's operand -------------===//
+
+#include "SplitSource.h"
+
+#include "NormEpilogue.h"
+
+#include "ampc/rt/PlanFile.h"
+#include "ampc/rt/PlanQueries.h"
+
+#include <algorithm>
+
+namespace ampc::rt::cpu {
+
+namespace {
+
+bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
+
+bool writes(const plan::Plan &p, const plan::Step &s, int x) {
+  for (int out : s.outputs())
+    if (out >= 0 && (!validId(p, out) || planTensorsMayOverlap(p, out, x)))
+      return true;
+  return false;
+}
+
+/// The one step reading tensor `id` as an operand, or -1.
+int soleReader(const plan::Program &prog, int id) {
+  int reader = -1;
+  for (int s = 0; s < prog.steps_size(); ++s)
+    for (int in : prog.steps(s).inputs())
+      if (in == id) {
+        if (reader >= 0)
+          return -1;
+        reader = s;
+      }
+  return reader;
+}
+
+/// The tensor through which `y` is read: y itself, or its one view.
+int readAs(const plan::Plan &p, int y) {
+  if (planTensorUses(p, y, -1) != 1)
+    return -1;
+  for (int i = 0; i < p.tensors_size(); ++i)
+    if (p.tensors(i).has_view_of() && p.tensors(i).view_of() == y)
+      return planTensorUses(p, i, -1) == 1 ? i : -1;
+  return y;
+}
+
+/// Strides in the operand (last dim `rowLength`) of each axis of the part's
+/// view `v`, whose parts are `chunk` long: empty when an axis of v spans the
+/// end of a part's row.
+std::vector<int64_t> stridesIn(const plan::Tensor &v, int64_t chunk, int64_t rowLength) {
+  int rank = v.shape_size();
+  std::vector<int64_t> strides(rank);
+  int64_t inner = 1;
+  int d = rank - 1;
+  for (; d >= 0 && inner < chunk; --d) {
+    strides[d] = inner;
+    inner *= v.shape(d);
+  }
+  if (inner != chunk)
+    return {};
+  for (int64_t rows = rowLength; d >= 0; --d) {
+    strides[d] = rows;
+    rows *= v.shape(d);
+  }
+  return strides;
+}
+
+/// The SplitSources of the Transposes reading Split step `s`, or none.
+std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const plan::Program &prog,
+                                                   int s) {
+  const plan::Step &split = prog.steps(s);
+  if (split.op() != "Split" || split.inputs_size() < 1 || !validId(p, split.inputs(0)) ||
+      split.outputs_size() < 1)
+    return {};
+  int x = split.inputs(0);
+  const plan::Tensor &xt = p.tensors(x);
+  int rank = xt.shape_size();
+  int64_t axis = -1;
+  for (const plan::Attribute &a : split.attrs())
+    if (a.name() == "axis")
+      axis = a.i() < 0 ? a.i() + rank : a.i();
+  if (rank < 1 || axis != rank - 1 || xt.storage() != plan::ARENA || planNumElements(xt) == 0)
+    return {};
+  int64_t rowLength = xt.shape(rank - 1), offset = 0;
+  std::vector<std::pair<int, SplitSource>> out;
+  for (int y : split.outputs()) {
+    if (!validId(p, y))
+      return {};
+    const plan::Tensor &yt = p.tensors(y);
+    if (yt.type() != xt.type() || yt.shape_size() != rank || yt.has_view_of() ||
+        yt.storage() != plan::ARENA)
+      return {};
+    int64_t chunk = yt.shape(rank - 1);
+    int v = readAs(p, y);
+    int t = v < 0 ? -1 : soleReader(prog, v);
+    if (t <= s || prog.steps(t).op() != "Transpose" || prog.steps(t).inputs_size() != 1 ||
+        chunk == 0)
+      return {};
+    std::vector<int64_t> strides = stridesIn(p.tensors(v), chunk, rowLength);
+    if (strides.empty())
+      return {};
+    for (int w = s + 1; w <= t; ++w)
+      if (writes(p, prog.steps(w), x))
+        return {};
+    out.push_back({t, SplitSource{x, offset, std::move(strides), s}});
+    offset += chunk;
+  }
+  return offset == rowLength ? out : std::vector<std::pair<int, SplitSource>>{};
+}
+
+} // namespace
+
+std::vector<SplitSource> splitSources(const plan::Plan &p, const plan::Program &prog) {
+  std::vector<SplitSource> out(prog.steps_size());
+  if (cpuEpiloguesOff())
+    return out;
+  for (int s = 0; s < prog.steps_size(); ++s)
+    for (auto &[t, src] : sourcesOf(p, prog, s))
+      out[t] = std::move(src);
+  return out;
+}
+
+} // namespace ampc::rt::cpu

@@ -10,8 +10,6 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
-
 /// Training mode as the kernels read it: BatchNormalization's attribute
 /// (opset 14+) or its opset-9 statistics outputs; the grad's attribute,
 /// training by default.
@@ -36,7 +34,7 @@ int sourceOf(const plan::Plan &p, const plan::Program &prog, int g) {
   if (grad.op() != "ampc.BatchNormalizationGrad" || grad.inputs_size() < 3 || !gradTraining(grad))
     return -1;
   int x = grad.inputs(1);
-  if (!validId(p, x))
+  if (!planValidTensor(p, x))
     return -1;
   for (int f = g - 1; f >= 0; --f) {
     const plan::Step &s = prog.steps(f);
@@ -44,7 +42,7 @@ int sourceOf(const plan::Plan &p, const plan::Program &prog, int g) {
       return forwardTraining(s) && sameEpsilon(s, grad) ? f : -1;
     // X must keep the values the forward step read.
     for (int out : s.outputs())
-      if (out >= 0 && (!validId(p, out) || planTensorsMayOverlap(p, out, x)))
+      if (out >= 0 && (!planValidTensor(p, out) || planTensorsMayOverlap(p, out, x)))
         return -1;
   }
   return -1;

@@ -13,20 +13,11 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
-
-/// Whether step `s` writes a byte of tensor `x`.
-bool writes(const plan::Plan &p, const plan::Step &s, int x) {
-  for (int out : s.outputs())
-    if (out >= 0 && (!validId(p, out) || planTensorsMayOverlap(p, out, x)))
-      return true;
-  return false;
-}
-
 /// The prologue of step `r`, or none.
 CastPrologue prologueOf(const plan::Plan &p, const plan::Program &prog, int r) {
   const plan::Step &reader = prog.steps(r);
-  if (!readsInput0AsAnyFloat(reader) || reader.inputs_size() < 1 || !validId(p, reader.inputs(0)))
+  if (!readsInput0AsAnyFloat(reader) || reader.inputs_size() < 1 ||
+      !planValidTensor(p, reader.inputs(0)))
     return {};
   int y = reader.inputs(0);
   int c = r - 1; // the step that writes Y
@@ -36,7 +27,7 @@ CastPrologue prologueOf(const plan::Plan &p, const plan::Program &prog, int r) {
   if (c < 0 || !isCastStep(prog.steps(c), plan::F32))
     return {};
   int x = prog.steps(c).inputs(0);
-  if (!validId(p, x))
+  if (!planValidTensor(p, x))
     return {};
   const plan::Tensor &xt = p.tensors(x), &yt = p.tensors(y);
   if (xt.type() != plan::BF16 || yt.type() != plan::F32 ||
@@ -49,7 +40,7 @@ CastPrologue prologueOf(const plan::Plan &p, const plan::Program &prog, int r) {
   // X keeps the Cast's values until the step has read them: no step from
   // the Cast on writes a byte of it.
   for (int s = c + 1; s <= r; ++s)
-    if (writes(p, prog.steps(s), x))
+    if (planStepWrites(p, prog.steps(s), x))
       return {};
   return {x, c};
 }

@@ -11,8 +11,6 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
-
 /// `axes` (int64 or int32, negative ones counted from the end) are exactly
 /// 0 .. rank - 2, each once.
 bool leadingAxes(const TensorArg &axes, int64_t rank) {
@@ -34,7 +32,8 @@ bool leadingAxes(const TensorArg &axes, int64_t rank) {
 int summedResult(const plan::Plan &p, const plan::Step &fused, const plan::Step &sum,
                  const std::function<TensorArg(int)> &constant) {
   if (sum.op() != "ReduceSum" || sum.inputs_size() != 2 || sum.outputs_size() != 1 ||
-      !validId(p, sum.inputs(0)) || !validId(p, sum.inputs(1)) || !validId(p, sum.outputs(0)))
+      !planValidTensor(p, sum.inputs(0)) || !planValidTensor(p, sum.inputs(1)) ||
+      !planValidTensor(p, sum.outputs(0)))
     return -1;
   int t = sum.inputs(0), r = sum.outputs(0);
   int result = -1;

@@ -12,8 +12,6 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
-
 /// Z, written while normalization `norm` reads its operands and writes its
 /// other results (the statistics), shares no byte with them; `input0`, when
 /// not -1, is what the step reads instead of its input 0 (a CastPrologue).
@@ -36,14 +34,15 @@ bool fusable(const plan::Plan &p, const plan::Step &bn, const plan::Step &act, i
   bool relu = isReluStep(act), addRelu = !relu && isAddReluStep(act);
   if (!relu && !addRelu)
     return false;
-  if (bn.outputs_size() < 1 || !validId(p, bn.outputs(0)) || !validId(p, act.outputs(0)))
+  if (bn.outputs_size() < 1 || !planValidTensor(p, bn.outputs(0)) ||
+      !planValidTensor(p, act.outputs(0)))
     return false;
   int y = bn.outputs(0), z = act.outputs(0);
   if (addRelu) {
     if (act.inputs(0) == act.inputs(1))
       return false;
     residual = act.inputs(0) == y ? act.inputs(1) : act.inputs(0);
-    if ((act.inputs(0) != y && act.inputs(1) != y) || !validId(p, residual))
+    if ((act.inputs(0) != y && act.inputs(1) != y) || !planValidTensor(p, residual))
       return false;
   } else if (act.inputs(0) != y) {
     return false;
@@ -92,7 +91,7 @@ bool isDivThenCastToBf16Step(const plan::Plan &p, const plan::Step &t, int &divi
       cast.args_size() != 1 || cast.args(0) != 2 || cast.type() != plan::BF16)
     return false;
   divisor = t.inputs(1);
-  return validId(p, divisor) && p.tensors(divisor).type() == plan::F32 &&
+  return planValidTensor(p, divisor) && p.tensors(divisor).type() == plan::F32 &&
          planNumElements(p.tensors(divisor)) == 1;
 }
 
@@ -105,8 +104,8 @@ bool castFusable(const plan::Plan &p, const plan::Step &norm, const plan::Step &
   divisor = -1;
   bool grad = norm.op() == "ampc.SoftmaxGrad";
   bool castStep = grad ? isDivThenCastToBf16Step(p, cast, divisor) : isCastToBf16Step(cast);
-  if (!castStep || norm.outputs_size() < 1 || !validId(p, norm.outputs(0)) ||
-      !validId(p, cast.outputs(0)) || cast.inputs(0) != norm.outputs(0))
+  if (!castStep || norm.outputs_size() < 1 || !planValidTensor(p, norm.outputs(0)) ||
+      !planValidTensor(p, cast.outputs(0)) || cast.inputs(0) != norm.outputs(0))
     return false;
   int y = norm.outputs(0), z = cast.outputs(0);
   const plan::Tensor &yt = p.tensors(y), &zt = p.tensors(z);

@@ -13,15 +13,6 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
-
-bool writes(const plan::Plan &p, const plan::Step &s, int x) {
-  for (int out : s.outputs())
-    if (out >= 0 && (!validId(p, out) || planTensorsMayOverlap(p, out, x)))
-      return true;
-  return false;
-}
-
 /// The one step reading tensor `id` as an operand, or -1.
 int soleReader(const plan::Program &prog, int id) {
   int reader = -1;
@@ -70,7 +61,7 @@ std::vector<int64_t> stridesIn(const plan::Tensor &v, int64_t chunk, int64_t row
 std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const plan::Program &prog,
                                                    int s) {
   const plan::Step &split = prog.steps(s);
-  if (split.op() != "Split" || split.inputs_size() < 1 || !validId(p, split.inputs(0)) ||
+  if (split.op() != "Split" || split.inputs_size() < 1 || !planValidTensor(p, split.inputs(0)) ||
       split.outputs_size() < 1)
     return {};
   int x = split.inputs(0);
@@ -85,7 +76,7 @@ std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const pl
   int64_t rowLength = xt.shape(rank - 1), offset = 0;
   std::vector<std::pair<int, SplitSource>> out;
   for (int y : split.outputs()) {
-    if (!validId(p, y))
+    if (!planValidTensor(p, y))
       return {};
     const plan::Tensor &yt = p.tensors(y);
     if (yt.type() != xt.type() || yt.shape_size() != rank || yt.has_view_of() ||
@@ -101,7 +92,7 @@ std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const pl
     if (strides.empty())
       return {};
     for (int w = s + 1; w <= t; ++w)
-      if (writes(p, prog.steps(w), x))
+      if (planStepWrites(p, prog.steps(w), x))
         return {};
     out.push_back({t, SplitSource{x, offset, std::move(strides), s}});
     offset += chunk;

@@ -13,13 +13,11 @@ namespace ampc::rt::cpu {
 
 namespace {
 
-bool validId(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
-
 /// Whether step `s` reads or writes a byte of tensor `z`.
 bool touches(const plan::Plan &p, const plan::Step &s, int z) {
   for (const auto *ids : {&s.inputs(), &s.outputs()})
     for (int id : *ids)
-      if (id >= 0 && (!validId(p, id) || planTensorsMayOverlap(p, id, z)))
+      if (id >= 0 && (!planValidTensor(p, id) || planTensorsMayOverlap(p, id, z)))
         return true;
   return false;
 }
@@ -42,7 +40,7 @@ std::vector<int64_t> lastAxisKept(const plan::Step &t, int64_t rank) {
 
 TransposedResult resultOf(const plan::Plan &p, const plan::Program &prog, int m) {
   const plan::Step &mm = prog.steps(m);
-  if (mm.op() != "MatMul" || mm.outputs_size() != 1 || !validId(p, mm.outputs(0)))
+  if (mm.op() != "MatMul" || mm.outputs_size() != 1 || !planValidTensor(p, mm.outputs(0)))
     return {};
   int y = mm.outputs(0);
   const plan::Tensor &yt = p.tensors(y);
@@ -59,7 +57,7 @@ TransposedResult resultOf(const plan::Plan &p, const plan::Program &prog, int m)
     return {};
   const plan::Step &tr = prog.steps(t);
   if (tr.op() != "Transpose" || tr.inputs_size() != 1 || tr.outputs_size() != 1 ||
-      !validId(p, tr.outputs(0)))
+      !planValidTensor(p, tr.outputs(0)))
     return {};
   int z = tr.outputs(0);
   const plan::Tensor &zt = p.tensors(z);

@@ -98,6 +98,15 @@ const plan::Attribute *planStepAttr(const plan::Step &step, const std::string &n
   return nullptr;
 }
 
+bool planValidTensor(const plan::Plan &p, int id) { return id >= 0 && id < p.tensors_size(); }
+
+bool planStepWrites(const plan::Plan &p, const plan::Step &s, int x) {
+  for (int out : s.outputs())
+    if (out >= 0 && (!planValidTensor(p, out) || planTensorsMayOverlap(p, out, x)))
+      return true;
+  return false;
+}
+
 int64_t planStepAttrInt(const plan::Step &step, const std::string &name, int64_t dflt) {
   const plan::Attribute *a = planStepAttr(step, name);
   return a && a->value_case() == plan::Attribute::kI ? a->i() : dflt;

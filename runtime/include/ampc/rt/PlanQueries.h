@@ -37,6 +37,13 @@ int planTensorUses(const plan::Plan &p, int id, int exceptView);
 /// corrupt plan, whose kernel would read an operand after writing over it.
 bool checkStepOperandsApart(const plan::Plan &p, std::string &error);
 
+/// Whether `id` names a tensor of the plan.
+bool planValidTensor(const plan::Plan &p, int id);
+
+/// Whether step `s` writes a byte of tensor `x` (a result that names no
+/// tensor counts as writing: a corrupt plan is not trusted).
+bool planStepWrites(const plan::Plan &p, const plan::Step &s, int x);
+
 /// Attribute `name` of `step`, or nullptr; its int value, or `dflt` when it
 /// is missing or not an int.
 const plan::Attribute *planStepAttr(const plan::Step &step, const std::string &name);

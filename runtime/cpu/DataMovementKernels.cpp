@@ -186,8 +186,13 @@ std::unique_ptr<Kernel> createTranspose(const StepContext &ctx, std::string &err
   }
   // Input 0 read in place of a Split's result from the Split's operand
   // (SplitSource.h), or as stored.
-  bool gathered = ctx.gatheredStrides.size() == static_cast<size_t>(rank) && ctx.gathered.data &&
-                  ctx.gathered.type == x.type;
+  bool gathered = !ctx.gatheredStrides.empty();
+  if (gathered && (ctx.gatheredStrides.size() != static_cast<size_t>(rank) || !ctx.gathered.data ||
+                   ctx.gathered.type != x.type)) {
+    // The Split step is skipped: reading the input as stored would be wrong.
+    error = "the Split operand to gather from does not match the input";
+    return nullptr;
+  }
   std::vector<int64_t> xs = gathered ? ctx.gatheredStrides : stridesOf(x.shape);
   StridedCopy sc;
   sc.es = elemBytes(x.type);

@@ -82,11 +82,18 @@ std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const pl
     if (yt.type() != xt.type() || yt.shape_size() != rank || yt.has_view_of() ||
         yt.storage() != plan::ARENA)
       return {};
+    // The Split kernel, not run, would have checked the parts' shapes: a
+    // corrupt plan must not make a Transpose gather past the operand.
+    for (int d = 0; d + 1 < rank; ++d)
+      if (yt.shape(d) != xt.shape(d))
+        return {};
     int64_t chunk = yt.shape(rank - 1);
     int v = readAs(p, y);
     int t = v < 0 ? -1 : soleReader(prog, v);
     if (t <= s || prog.steps(t).op() != "Transpose" || prog.steps(t).inputs_size() != 1 ||
         chunk == 0)
+      return {};
+    if (planNumElements(p.tensors(v)) != planNumElements(yt))
       return {};
     std::vector<int64_t> strides = stridesIn(p.tensors(v), chunk, rowLength);
     if (strides.empty())

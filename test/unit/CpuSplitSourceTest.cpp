@@ -68,7 +68,7 @@ TEST(CpuSplitSource, GptProjectionIsGathered) {
 }
 
 /// The Transposes read the operand after the Split: a result landing on it,
-/// a second reader of a part, or a Split along another axis rules it out.
+/// a part taller than the operand, a second reader of a part, or a Split along another axis rules it out.
 TEST(CpuSplitSource, RefusedWhereTheSplitIsNeeded) {
   plan::Plan p;
   ASSERT_TRUE(test::compileTrainingPlan("gpt", "bf16", "adamw", p));
@@ -90,4 +90,10 @@ TEST(CpuSplitSource, RefusedWhereTheSplitIsNeeded) {
     if (a.name() == "axis")
       a.set_i(0);
   EXPECT_TRUE(takers(axis).empty()) << "another axis";
+  // A corrupt plan: a part with more rows than the operand (the skipped
+  // Split's kernel would have refused it) must not be gathered past it.
+  plan::Plan taller = p;
+  int part = prog.steps(s).outputs(0);
+  taller.mutable_tensors(part)->set_shape(0, p.tensors(part).shape(0) + 1);
+  EXPECT_TRUE(takers(taller).empty()) << "a part taller than the operand";
 }

@@ -851,23 +851,19 @@ private:
   /// the step may write too (a SoftmaxGrad's scaled bf16 cast), landing on
   /// them. At most the bf16 bytes for a few steps more (the bench GPT: 3 of
   /// its 13 such Casts could not be skipped before).
-  void keepNarrowOperands(const plan::Program &prog, std::vector<int> &end) const {
-    std::vector<int> readers(p_.tensors_size(), 0), reader(p_.tensors_size(), -1);
-    for (int s = 0; s < prog.steps_size(); ++s)
-      for (int id : prog.steps(s).inputs())
-        if (id >= 0)
-          ++readers[id], reader[id] = s;
+  void keepNarrowOperands(const plan::Program &prog, const std::vector<int> &soleReaders,
+                          std::vector<int> &end) const {
     for (int s = 0; s < prog.steps_size(); ++s) {
       const plan::Step &cast = prog.steps(s);
       if (!rt::isCastStep(cast, plan::F32))
         continue;
       int x = cast.inputs(0), y = cast.outputs(0);
-      if (x < 0 || y < 0 || p_.tensors(x).type() != plan::BF16 || readers[y] != 1 ||
+      if (x < 0 || y < 0 || p_.tensors(x).type() != plan::BF16 || soleReaders[y] < 0 ||
           isViewTensor(y))
         continue;
-      const plan::Step &r = prog.steps(reader[y]);
+      const plan::Step &r = prog.steps(soleReaders[y]);
       if (rt::readsInput0AsAnyFloat(r) && r.inputs(0) == y)
-        end[rootOf(x)] = std::max(end[rootOf(x)], reader[y] + 1);
+        end[rootOf(x)] = std::max(end[rootOf(x)], soleReaders[y] + 1);
     }
   }
 
@@ -878,30 +874,13 @@ private:
   /// TransposedResult) without the MatMul's operands, or the results of the
   /// steps in between, landing on it. The bench GPT bf16: 8 of its 16 such
   /// Transposes could not be skipped before.
-  void keepTransposedResults(const plan::Program &prog, std::vector<int> &start) const {
-    std::vector<int> readers(p_.tensors_size(), 0), reader(p_.tensors_size(), -1);
-    for (int s = 0; s < prog.steps_size(); ++s)
-      for (int id : prog.steps(s).inputs())
-        if (id >= 0)
-          ++readers[id], reader[id] = s;
+  void keepTransposedResults(const plan::Program &prog, const std::vector<int> &soleReaders,
+                             std::vector<int> &start) const {
     for (int m = 0; m < prog.steps_size(); ++m) {
-      const plan::Step &mm = prog.steps(m);
-      if (mm.op() != "MatMul" || mm.outputs_size() != 1 || mm.outputs(0) < 0)
+      int t = rt::planTransposeOfMatMulResult(p_, prog, m, soleReaders);
+      if (t < 0)
         continue;
-      int y = mm.outputs(0);
-      if (readers[y] != 1 || isViewTensor(y) || p_.tensors(y).shape_size() < 3)
-        continue;
-      const plan::Step &t = prog.steps(reader[y]);
-      if (t.op() != "Transpose" || t.outputs_size() != 1 || t.outputs(0) < 0)
-        continue;
-      const plan::Attribute *perm = nullptr;
-      for (const plan::Attribute &a : t.attrs())
-        if (a.name() == "perm")
-          perm = &a;
-      int rank = p_.tensors(y).shape_size();
-      if (!perm || perm->ints().values_size() != rank || perm->ints().values(rank - 1) != rank - 1)
-        continue;
-      int z = rootOf(t.outputs(0));
+      int z = rootOf(prog.steps(t).outputs(0));
       start[z] = start[z] < 0 ? m : std::min(start[z], m);
     }
   }
@@ -1080,8 +1059,9 @@ private:
       end[rootOf(b.tensor())] = numSteps;
     for (const plan::StateUpdate &u : prog.updates())
       end[rootOf(u.updated())] = numSteps;
-    keepNarrowOperands(prog, end);
-    keepTransposedResults(prog, start);
+    std::vector<int> soleReaders = rt::planSoleReaders(p_, prog);
+    keepNarrowOperands(prog, soleReaders, end);
+    keepTransposedResults(prog, soleReaders, start);
 
     std::vector<BufferRequest> reqs;
     std::vector<int> ids;

@@ -7,24 +7,9 @@
 #include "ampc/rt/PlanFile.h"
 #include "ampc/rt/PlanQueries.h"
 
-#include <algorithm>
-
 namespace ampc::rt::cpu {
 
 namespace {
-
-/// The one step reading tensor `id` as an operand, or -1.
-int soleReader(const plan::Program &prog, int id) {
-  int reader = -1;
-  for (int s = 0; s < prog.steps_size(); ++s)
-    for (int in : prog.steps(s).inputs())
-      if (in == id) {
-        if (reader >= 0)
-          return -1;
-        reader = s;
-      }
-  return reader;
-}
 
 /// The tensor through which `y` is read: y itself, or its one view.
 int readAs(const plan::Plan &p, int y) {
@@ -59,7 +44,7 @@ std::vector<int64_t> stridesIn(const plan::Tensor &v, int64_t chunk, int64_t row
 
 /// The SplitSources of the Transposes reading Split step `s`, or none.
 std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const plan::Program &prog,
-                                                   int s) {
+                                                   int s, const std::vector<int> &soleReaders) {
   const plan::Step &split = prog.steps(s);
   if (split.op() != "Split" || split.inputs_size() < 1 || !planValidTensor(p, split.inputs(0)) ||
       split.outputs_size() < 1)
@@ -89,7 +74,7 @@ std::vector<std::pair<int, SplitSource>> sourcesOf(const plan::Plan &p, const pl
         return {};
     int64_t chunk = yt.shape(rank - 1);
     int v = readAs(p, y);
-    int t = v < 0 ? -1 : soleReader(prog, v);
+    int t = v < 0 ? -1 : soleReaders[v];
     if (t <= s || prog.steps(t).op() != "Transpose" || prog.steps(t).inputs_size() != 1 ||
         chunk == 0)
       return {};
@@ -113,8 +98,9 @@ std::vector<SplitSource> splitSources(const plan::Plan &p, const plan::Program &
   std::vector<SplitSource> out(prog.steps_size());
   if (cpuEpiloguesOff())
     return out;
+  std::vector<int> soleReaders = planSoleReaders(p, prog);
   for (int s = 0; s < prog.steps_size(); ++s)
-    for (auto &[t, src] : sourcesOf(p, prog, s))
+    for (auto &[t, src] : sourcesOf(p, prog, s, soleReaders))
       out[t] = std::move(src);
   return out;
 }

@@ -107,6 +107,45 @@ bool planStepWrites(const plan::Plan &p, const plan::Step &s, int x) {
   return false;
 }
 
+std::vector<int> planSoleReaders(const plan::Plan &p, const plan::Program &prog) {
+  std::vector<int> reader(p.tensors_size(), -1);
+  for (int s = 0; s < prog.steps_size(); ++s)
+    for (int id : prog.steps(s).inputs())
+      if (planValidTensor(p, id))
+        reader[id] = reader[id] == -1 ? s : -2;
+  return reader;
+}
+
+std::vector<int64_t> planLastAxisKeptPerm(const plan::Step &t, int64_t rank) {
+  const plan::Attribute *a = planStepAttr(t, "perm");
+  if (!a || a->ints().values_size() != rank || rank < 1 ||
+      a->ints().values(static_cast<int>(rank) - 1) != rank - 1)
+    return {};
+  std::vector<int64_t> perm(a->ints().values().begin(), a->ints().values().end());
+  std::vector<char> seen(rank, 0);
+  for (int64_t axis : perm)
+    if (axis < 0 || axis >= rank || seen[axis]++)
+      return {};
+  return perm;
+}
+
+int planTransposeOfMatMulResult(const plan::Plan &p, const plan::Program &prog, int m,
+                                const std::vector<int> &soleReaders) {
+  const plan::Step &mm = prog.steps(m);
+  if (mm.op() != "MatMul" || mm.outputs_size() != 1 || !planValidTensor(p, mm.outputs(0)))
+    return -1;
+  int y = mm.outputs(0);
+  const plan::Tensor &yt = p.tensors(y);
+  int t = soleReaders[y];
+  if (yt.shape_size() < 3 || yt.has_view_of() || t <= m)
+    return -1;
+  const plan::Step &tr = prog.steps(t);
+  if (tr.op() != "Transpose" || tr.inputs_size() != 1 || tr.outputs_size() != 1 ||
+      !planValidTensor(p, tr.outputs(0)) || planLastAxisKeptPerm(tr, yt.shape_size()).empty())
+    return -1;
+  return t;
+}
+
 int64_t planStepAttrInt(const plan::Step &step, const std::string &name, int64_t dflt) {
   const plan::Attribute *a = planStepAttr(step, name);
   return a && a->value_case() == plan::Attribute::kI ? a->i() : dflt;

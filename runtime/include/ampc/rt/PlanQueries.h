@@ -10,7 +10,9 @@
 
 #include "plan.pb.h"
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ampc::rt {
 
@@ -43,6 +45,22 @@ bool planValidTensor(const plan::Plan &p, int id);
 /// Whether step `s` writes a byte of tensor `x` (a result that names no
 /// tensor counts as writing: a corrupt plan is not trusted).
 bool planStepWrites(const plan::Plan &p, const plan::Step &s, int x);
+
+/// For each tensor id: the one step of `prog` that reads it as an operand;
+/// -1 when no step does, -2 when more than one does (or one step twice).
+std::vector<int> planSoleReaders(const plan::Plan &p, const plan::Program &prog);
+
+/// Transpose step `t`'s permutation when it names each of `rank` axes once
+/// and keeps the last axis last; empty otherwise.
+std::vector<int64_t> planLastAxisKeptPerm(const plan::Step &t, int64_t rank);
+
+/// The Transpose step after MatMul step `m` that alone reads its result, when that
+/// result has rank 3 or more, is no view, and the Transpose keeps its last
+/// axis last: a backend may have the MatMul write the Transpose's result
+/// (runtime/cpu/TransposedResult.h), and the lowering keeps that result
+/// alive for it. -1 otherwise. `soleReaders`: planSoleReaders(p, prog).
+int planTransposeOfMatMulResult(const plan::Plan &p, const plan::Program &prog, int m,
+                                const std::vector<int> &soleReaders);
 
 /// Attribute `name` of `step`, or nullptr; its int value, or `dflt` when it
 /// is missing or not an int.

@@ -120,7 +120,7 @@ void Value::replaceAllUsesWith(Value *other) {
 }
 
 void Value::replaceUsesWithIf(Value *other, const std::function<bool(const Use &)> &pred) {
-  std::vector<Use> snapshot = uses_;
+  std::vector<Use> snapshot(uses_.begin(), uses_.end());
   for (const Use &u : snapshot)
     if (pred(u))
       u.user->setInput(u.operand, other);

@@ -159,9 +159,12 @@ private:
   }
 
   /// The scale of each axis of a Resize: its scales operand when given (a
-  /// constant), else output / input.
+  /// constant), else output / input. None when the result's rank is not the
+  /// operand's (a model can declare it so; the verifier reports it).
   std::optional<std::vector<double>> resizeScales(const Node &n) {
     const Shape &in = n.input(0)->shape(), &out = n.output()->shape();
+    if (out.size() != in.size())
+      return std::nullopt;
     std::vector<double> scales;
     for (size_t d = 0; d < in.size(); ++d)
       scales.push_back(double(out[d]) / double(in[d]));
@@ -187,8 +190,10 @@ private:
       return false;
     const Shape &in = n->input(0)->shape(), &out = n->output()->shape();
     size_t rank = in.size();
+    if (rank < 2 || out.size() != rank)
+      return false;
     auto scales = resizeScales(*n);
-    if (rank < 2 || out.size() != rank || !scales || scales->size() != rank)
+    if (!scales || scales->size() != rank)
       return false;
     // The interpolation matrix of axis d, [out, in].
     auto matrix = [&](size_t d) -> std::optional<std::vector<double>> {

@@ -21,9 +21,11 @@ void compileForTraining(Graph &g, Precision precision) {
   std::string autocast = precision == Precision::BF16   ? "autocast{dtype=bf16},"
                          : precision == Precision::FP16 ? "autocast{dtype=fp16},"
                                                         : "";
+  // --train's pipeline, cast-cache included where --train runs it (fp16, bf16).
+  const std::string castCache = autocast.empty() ? "" : "cast-cache,";
   const std::string passes = "canonicalize,decompose," + autocast +
-                             "autodiff,loss-scale,optimizer{adamw},canonicalize,remat,"
-                             "split-matmul-transposes,fold-matmul-bias";
+                             "autodiff,loss-scale,optimizer{adamw},canonicalize," + castCache +
+                             "remat,split-matmul-transposes,fold-matmul-bias";
   if (auto err = pm.addPipeline(passes)) {
     llvm::consumeError(std::move(err));
     return;

@@ -17,8 +17,10 @@ inline constexpr size_t kMaxInput = 1 << 20;
 
 /// Runs the training pipeline of amp-opt --train (canonicalize, decompose,
 /// autocast to bf16 or fp16 unless `precision` is fp32, autodiff, loss-scale,
-/// AdamW, canonicalize, remat) on an imported graph and lowers it to a plan,
-/// ignoring errors: bad models must fail with an llvm::Error, never a crash.
+/// AdamW, canonicalize, cast-cache after autocast, remat,
+/// split-matmul-transposes, fold-matmul-bias) on an imported graph and lowers
+/// it to a plan, ignoring errors: bad models must fail with an llvm::Error,
+/// never a crash.
 enum class Precision { FP32, BF16, FP16 };
 void compileForTraining(Graph &g, Precision precision = Precision::FP32);
 

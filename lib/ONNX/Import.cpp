@@ -517,15 +517,26 @@ llvm::Error checkReshapeCount(const Node &n) {
 }
 
 /// `axis` and `axes` attributes within [-r-1, r] of the first operand's rank r
-/// (the widest any operator allows): ONNX 1.12's inference of some
-/// operators' extra outputs indexed with an axis of 2^63 - 1 and crashed
-/// when autodiff asked for them (found by ampc-fuzz-onnx); each operator's
-/// own rule still applies.
+/// (the widest any operator allows), and within [-r, r) for operators whose
+/// axis is one of that operand's: ONNX 1.12's inference of some operators'
+/// extra outputs indexed with an axis of 2^63 - 1 and crashed when autodiff
+/// asked for them (found by ampc-fuzz-onnx); each operator's own rule still
+/// applies.
 llvm::Error checkAxisRange(const Node &n) {
   if (!n.numInputs() || !n.input(0))
     return llvm::Error::success();
   int64_t rank = static_cast<int64_t>(n.input(0)->shape().size());
-  auto inRange = [&](int64_t a) { return a >= -rank - 1 && a <= rank; };
+  // Operators whose axis names one of their operand's axes: [-r, r). ONNX
+  // 1.12's LayerNormalization inference indexed the operand's dims with
+  // axis + r for its mean and inverse deviation (-1 for axis -4 of a rank-3
+  // operand: SIGSEGV when autodiff asked for them, found by ampc-fuzz-onnx).
+  static const llvm::StringSet<> kOperandAxis = {
+      "LayerNormalization", "Softmax",         "LogSoftmax", "Hardmax", "Concat", "Split", "Gather",
+      "GatherElements",     "ScatterElements", "ArgMax",     "ArgMin"};
+  bool operandAxis = n.domain().empty() && kOperandAxis.contains(n.opType());
+  auto inRange = [&](int64_t a) {
+    return operandAxis ? a >= -rank && a < rank : a >= -rank - 1 && a <= rank;
+  };
   if (n.hasAttr("axis") && !inRange(n.getInt("axis", 0)))
     return makeError("axis " + std::to_string(n.getInt("axis", 0)) +
                      " is out of range for an operand of rank " + std::to_string(rank));

@@ -190,10 +190,8 @@ private:
       return false;
     const Shape &in = n->input(0)->shape(), &out = n->output()->shape();
     size_t rank = in.size();
-    if (rank < 2 || out.size() != rank)
-      return false;
     auto scales = resizeScales(*n);
-    if (!scales || scales->size() != rank)
+    if (rank < 2 || out.size() != rank || !scales || scales->size() != rank)
       return false;
     // The interpolation matrix of axis d, [out, in].
     auto matrix = [&](size_t d) -> std::optional<std::vector<double>> {

@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
   size_t optRead = 0, optWritten = 0;
   optimizerBytes(p, *step, optRead, optWritten);
   double fmaPeak = fmaPeakGflops();
-  double floor = optimizerFloor(optRead, optWritten);
+  double optFloor = optimizerFloor(optRead, optWritten);
   if (cold)
     std::fprintf(stderr, "GEMM ceiling, caches flushed before each run (median): %.3f ms\n",
                  coldCeiling * 1e3);
@@ -374,6 +374,6 @@ int main(int argc, char **argv) {
               "\"optimizer_bytes\": %zu, \"optimizer_floor_ms\": %.3f}\n",
               gemms, convs, gemmFlops / 1e9, convFlops / 1e9, ceiling * 1e3, peakF32, peakBF16,
               rt::cpu::nativeBf16Compute() ? "true" : "false", fmaPeak, optRead + optWritten,
-              floor * 1e3);
+              optFloor * 1e3);
   return 0;
 }

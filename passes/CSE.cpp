@@ -9,9 +9,7 @@
 
 #include "ampc/Passes/Passes.h"
 
-#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/Hashing.h"
-#include "llvm/ADT/SmallVector.h"
 
 #include <algorithm>
 #include <cstring>
@@ -119,41 +117,95 @@ bool mergeConstants(Graph &g) {
   return changed;
 }
 
+/// The nodes seen so far by hash: open addressing with linear probing over
+/// (hash, node) slots, at most three quarters full. Nodes of one hash are met
+/// along a probe sequence in the order they were inserted, so a lookup finds
+/// the earliest equal node, as a bucket per hash did.
+class NodeTable {
+public:
+  explicit NodeTable(size_t nodes) {
+    size_t capacity = 16;
+    while (capacity * 3 < nodes * 4)
+      capacity *= 2;
+    slots_.assign(capacity, Slot{0, nullptr});
+    mask_ = capacity - 1;
+  }
+
+  void prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[hash & mask_]); }
+
+  /// The earliest node of this hash equal to n; null after inserting n.
+  Node *findOrInsert(uint64_t hash, Node *n) {
+    for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      Slot &slot = slots_[i];
+      if (!slot.node) {
+        slot = {hash, n};
+        return nullptr;
+      }
+      if (slot.hash == hash && NodeEqual()(slot.node, n))
+        return slot.node;
+    }
+  }
+
+private:
+  struct Slot {
+    uint64_t hash;
+    Node *node;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
+/// How many nodes ahead the walk hashes a node and asks for its slot: on
+/// large graphs the table's slots are cache misses (80% of CSE's time on a
+/// training graph of 160,000 nodes), which the lookahead overlaps.
+constexpr size_t kLookahead = 8;
+
 } // namespace
 
 bool eliminateCommonSubexpressions(Graph &g) {
   bool changed = mergeConstants(g);
   std::vector<Node *> nodes = g.nodes();
-  // The nodes seen so far by hash, in one open-addressing table (a node
-  // allocated per entry made the lookups cache misses on large graphs);
-  // equal hashes are rare, so each bucket holds one node almost always.
-  llvm::DenseMap<uint64_t, llvm::SmallVector<Node *, 1>> seen;
-  seen.reserve(nodes.size());
-  for (Node *n : nodes) {
+  NodeTable seen(nodes.size());
+  // Hashes computed kLookahead nodes early, with the number of merges made
+  // by then: a merge rewires the operands of later nodes, whose hashes are
+  // then computed again.
+  struct Early {
+    uint64_t hash;
+    size_t merges;
+  };
+  Early early[kLookahead];
+  size_t merges = 0;
+  auto hashAhead = [&](size_t i) {
+    if (i >= nodes.size())
+      return;
+    uint64_t h = NodeHash()(nodes[i]);
+    early[i % kLookahead] = {h, merges};
+    seen.prefetch(h);
+  };
+  for (size_t i = 0; i < std::min(kLookahead, nodes.size()); ++i)
+    hashAhead(i);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    Node *n = nodes[i];
+    Early e = early[i % kLookahead];
+    hashAhead(i + kLookahead);
     if (isRandom(*n))
       continue;
-    uint64_t hash = NodeHash()(n);
-    if (hash >= ~uint64_t(1)) // the table's empty and tombstone keys
-      hash = 0;
-    llvm::SmallVector<Node *, 1> &bucket = seen[hash];
-    auto equal = std::find_if(bucket.begin(), bucket.end(),
-                              [&](const Node *m) { return NodeEqual()(m, n); });
-    if (equal == bucket.end()) {
-      bucket.push_back(n);
+    uint64_t hash = e.merges == merges ? e.hash : NodeHash()(n);
+    Node *first = seen.findOrInsert(hash, n);
+    if (!first)
       continue;
-    }
-    Node *first = *equal;
     bool types = true;
-    for (unsigned i = 0; i < n->numOutputs(); ++i)
-      types = types && (!n->output(i) || (first->output(i) &&
-                                          first->output(i)->type() == n->output(i)->type()));
+    for (unsigned k = 0; k < n->numOutputs(); ++k)
+      types = types && (!n->output(k) ||
+                        (first->output(k) && first->output(k)->type() == n->output(k)->type()));
     if (!types)
       continue;
-    for (unsigned i = 0; i < n->numOutputs(); ++i) {
-      Value *v = n->output(i);
+    for (unsigned k = 0; k < n->numOutputs(); ++k) {
+      Value *v = n->output(k);
       if (v && !v->isGraphOutput())
-        v->replaceAllUsesWith(first->output(i));
+        v->replaceAllUsesWith(first->output(k));
     }
+    ++merges;
     changed = true;
   }
   return changed;

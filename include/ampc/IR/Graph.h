@@ -74,6 +74,25 @@ struct SlabDelete {
 };
 template <typename T> using SlabPtr = std::unique_ptr<T, SlabDelete>;
 
+/// Allocates the graph's node list entries from an arena of their own, in
+/// the order they are made, and never reuses one: the list's order is mostly
+/// the order of creation, so that walking it (Graph::nodes) reads memory
+/// mostly in address order instead of taking a cache miss per entry (the
+/// walk was 6% of compiling a training graph of 100,000 nodes).
+template <typename T> struct ListEntryAllocator {
+  using value_type = T;
+  llvm::BumpPtrAllocator *arena;
+  explicit ListEntryAllocator(llvm::BumpPtrAllocator *a) : arena(a) {}
+  template <typename U> ListEntryAllocator(const ListEntryAllocator<U> &o) : arena(o.arena) {}
+  T *allocate(size_t n) { return static_cast<T *>(arena->Allocate(n * sizeof(T), alignof(T))); }
+  void deallocate(T *, size_t) {}
+  template <typename U> bool operator==(const ListEntryAllocator<U> &o) const {
+    return arena == o.arena;
+  }
+};
+
+using NodeList = std::list<SlabPtr<Node>, ListEntryAllocator<SlabPtr<Node>>>;
+
 struct Use {
   Node *user;
   unsigned operand;
@@ -249,7 +268,7 @@ private:
   llvm::SmallVector<unsigned, 3> usePos_;
   llvm::SmallVector<SlabPtr<Value>, 1> outputs_;
   std::map<std::string, Attribute> attrs_;
-  std::list<SlabPtr<Node>>::iterator self_;
+  NodeList::iterator self_;
   unsigned id_ = 0;
 };
 
@@ -274,7 +293,6 @@ struct StateBinding {
 };
 
 class Graph {
-  using NodeList = std::list<SlabPtr<Node>>;
 
 public:
   Graph() = default;
@@ -384,7 +402,8 @@ private:
   /// Nodes and values, in creation order: walks of the graph read memory
   /// in order rather than wherever the heap put each one.
   llvm::BumpPtrAllocator slab_;
-  NodeList nodes_;
+  llvm::BumpPtrAllocator listEntries_;
+  NodeList nodes_{ListEntryAllocator<SlabPtr<Node>>(&listEntries_)};
   NodeList::iterator insertPos_ = nodes_.end();
   /// nodes() as a contiguous snapshot, rebuilt after the order changed:
   /// walking the list touches one allocation per node, and large graphs are

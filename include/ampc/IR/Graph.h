@@ -78,7 +78,8 @@ template <typename T> using SlabPtr = std::unique_ptr<T, SlabDelete>;
 /// the order they are made, and never reuses one: the list's order is mostly
 /// the order of creation, so that walking it (Graph::nodes) reads memory
 /// mostly in address order instead of taking a cache miss per entry (the
-/// walk was 6% of compiling a training graph of 100,000 nodes).
+/// walk was 4% of compiling the 10,000-node residual MLP, whose training
+/// graph has about 100,000 nodes).
 template <typename T> struct ListEntryAllocator {
   using value_type = T;
   llvm::BumpPtrAllocator *arena;
@@ -293,7 +294,6 @@ struct StateBinding {
 };
 
 class Graph {
-
 public:
   Graph() = default;
   Graph(const Graph &) = delete;

@@ -247,49 +247,61 @@ void optimizerBytes(const plan::Plan &p, const plan::Program &prog, size_t &read
 /// read and rewritten) and does no arithmetic, best of 7. No AdamW moves its
 /// bytes faster, whatever its arithmetic, so that the optimizer alone bounds
 /// a step from below: what issue #12's "share in oneDNN" and "within 1.3x of
-/// the GEMM ceiling" leave room for. Warm (the pass before leaves what fits
-/// in the last-level cache) it is a bound for any step; `cold` (the caches
+/// the GEMM ceiling" leave room for. `warm` (the pass before leaves what fits
+/// in the last-level cache) is a bound for any step; `cold` (the caches
 /// flushed before each pass) is the price of state that comes from memory,
-/// as state larger than the last-level cache does every step.
-double optimizerFloor(size_t read, size_t written, bool cold) {
+/// as state larger than the last-level cache does every step. Both passes
+/// run over one buffer.
+struct OptimizerFloor {
+  double warm = 0, cold = 0;
+};
+
+OptimizerFloor optimizerFloor(size_t read, size_t written) {
   if (read == 0)
-    return 0;
+    return {};
   const int64_t lines = static_cast<int64_t>((read + 63) / 64);
   // The first `written` bytes are read and rewritten (the parameters and
   // moments), the rest only read (the gradients).
   const int64_t writtenLines = static_cast<int64_t>(std::min(written, read) / 64);
   auto *buf = static_cast<uint64_t *>(std::aligned_alloc(64, static_cast<size_t>(lines) * 64));
   if (!buf)
-    return 0;
+    return {};
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < lines * 8; ++j) // first touch by the thread that streams it
     buf[j] = static_cast<uint64_t>(j);
-  double best = 1e30;
-  uint64_t sink = 0;
-  for (int run = 0; run < 8; ++run) {
-    uint64_t key = static_cast<uint64_t>(run) + 1, acc = 0;
-    if (cold)
-      flushCaches();
-    auto t0 = std::chrono::steady_clock::now();
+  uint64_t sink = 0, key = 0;
+  auto best = [&](bool flush) {
+    double fastest = 1e30;
+    for (int run = 0; run < 8; ++run) {
+      uint64_t acc = 0;
+      ++key;
+      if (flush)
+        flushCaches();
+      auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel for schedule(static) reduction(^ : acc)
-    for (int64_t j = 0; j < lines; ++j) {
-      uint64_t *line = buf + j * 8;
-      if (j < writtenLines) {
-        for (int k = 0; k < 8; ++k)
-          line[k] ^= key;
-      } else {
-        acc ^= line[0]; // one word loads the whole line
+      for (int64_t j = 0; j < lines; ++j) {
+        uint64_t *line = buf + j * 8;
+        if (j < writtenLines) {
+          for (int k = 0; k < 8; ++k)
+            line[k] ^= key;
+        } else {
+          acc ^= line[0]; // one word loads the whole line
+        }
       }
+      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      sink ^= acc;
+      if (run > 0)
+        fastest = std::min(fastest, t);
     }
-    double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    sink ^= acc;
-    if (run > 0)
-      best = std::min(best, t);
-  }
+    return fastest;
+  };
+  OptimizerFloor f;
+  f.warm = best(false);
+  f.cold = best(true);
   volatile uint64_t keep = sink ^ buf[0];
   (void)keep;
   std::free(buf);
-  return best;
+  return f;
 }
 
 } // namespace
@@ -369,8 +381,7 @@ int main(int argc, char **argv) {
   size_t optRead = 0, optWritten = 0;
   optimizerBytes(p, *step, optRead, optWritten);
   double fmaPeak = fmaPeakGflops();
-  double optFloor = optimizerFloor(optRead, optWritten, false);
-  double optFloorCold = optimizerFloor(optRead, optWritten, true);
+  OptimizerFloor optFloor = optimizerFloor(optRead, optWritten);
   if (cold)
     std::fprintf(stderr, "GEMM ceiling, caches flushed before each run (median): %.3f ms\n",
                  coldCeiling * 1e3);
@@ -381,6 +392,6 @@ int main(int argc, char **argv) {
               "\"optimizer_floor_cold_ms\": %.3f}\n",
               gemms, convs, gemmFlops / 1e9, convFlops / 1e9, ceiling * 1e3, peakF32, peakBF16,
               rt::cpu::nativeBf16Compute() ? "true" : "false", fmaPeak, optRead + optWritten,
-              optFloor * 1e3, optFloorCold * 1e3);
+              optFloor.warm * 1e3, optFloor.cold * 1e3);
   return 0;
 }
